@@ -1,0 +1,51 @@
+"""jaxlearner: a functional, multi-module reinforcement-learning learner for JAX.
+
+RLlib's ``Learner`` features (several modules, named optimizers, schedules,
+gradient clipping, minibatch epochs, target-network and KL-coefficient updates,
+add/remove module, modules to train) as an immutable pytree state and one
+pure, jitted ``update(state, batch) -> (state, metrics)``.
+
+Example:
+  >>> import jax, optax, jaxlearner as jl
+  >>> spec = jl.ModuleSpec(model, loss, optax.adam(3e-4))              # doctest: +SKIP
+  >>> learner = jl.Learner({"policy": spec}, minibatch_size=128, num_epochs=30)  # doctest: +SKIP
+  >>> state = learner.init(jax.random.key(0), sample_batch)            # doctest: +SKIP
+  >>> state, metrics = learner.update(state, batch)                    # doctest: +SKIP
+"""
+
+from jaxlearner.additional_updates import (
+    AdditionalUpdate,
+    adaptive_kl_coeff,
+    periodic_copy,
+    polyak_update,
+)
+from jaxlearner.context import LossContext
+from jaxlearner.learner import Learner
+from jaxlearner.metrics import ALL_MODULES
+from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.optimizer import DEFAULT_OPTIMIZER, Optimizer
+from jaxlearner.schedules import Schedule, piecewise_schedule
+from jaxlearner.state import LearnerState, ModuleState
+from jaxlearner.update import UpdateConfig, make_update
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALL_MODULES",
+    "DEFAULT_OPTIMIZER",
+    "AdditionalUpdate",
+    "Learner",
+    "LearnerState",
+    "LossContext",
+    "ModuleSpec",
+    "ModuleState",
+    "Optimizer",
+    "Schedule",
+    "UpdateConfig",
+    "__version__",
+    "adaptive_kl_coeff",
+    "make_update",
+    "periodic_copy",
+    "piecewise_schedule",
+    "polyak_update",
+]

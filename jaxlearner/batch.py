@@ -1,0 +1,214 @@
+"""Batches: their recorded layout, validation before tracing, and minibatch blocks.
+
+A batch is a pytree of arrays with a shared leading axis ``[B, ...]``. A
+multi-module batch is ``{module_id: batch}``. At ``init`` the learner records
+each module's *layout*: the tree structure plus each leaf's trailing shape and
+dtype. Every later batch is checked against it in Python, before anything is
+traced, so a wrong key, shape or dtype is reported by name rather than as a
+compile error or a silent recompilation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.errors import ReadableKeyError
+from jaxlearner.types import Batch, PyTree
+
+Layout: TypeAlias = PyTree
+"""A batch's structure with a ``jax.ShapeDtypeStruct(trailing_shape, dtype)`` per leaf."""
+
+
+def normalize_batch(batch: Any, module_ids: tuple[str, ...]) -> dict[str, Batch]:
+    """``{module_id: batch}`` from either that form or, for one module, a plain batch.
+
+    Raises:
+      TypeError: when a multi-module learner gets something else than a mapping.
+      KeyError: on an unknown module id.
+    """
+    if len(module_ids) == 1 and not (isinstance(batch, Mapping) and module_ids[0] in batch):
+        return {module_ids[0]: batch}
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            f"A learner with modules {list(module_ids)} needs a batch mapping module id to "
+            f"that module's batch; got {type(batch).__name__}."
+        )
+    unknown = [m for m in batch if m not in module_ids]
+    if unknown:
+        raise ReadableKeyError(
+            f"Batch has unknown module id(s) {unknown}; the learner's modules are "
+            f"{list(module_ids)}."
+        )
+    if not batch:
+        raise ValueError(f"Empty batch: expected data for some of the modules {list(module_ids)}.")
+    return dict(batch)
+
+
+def _canonical_dtype(dtype: Any) -> np.dtype:
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def _check_not_float64(module_id: str, path: str, dtype: Any) -> None:
+    if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError(
+            f"Module {module_id!r}, batch key {path}: got float64 data, but JAX runs in 32-bit "
+            "mode; cast it to float32 first (e.g. np.asarray(x, np.float32)) so nothing is "
+            "converted silently."
+        )
+
+
+def batch_layout(module_id: str, batch: Batch) -> Layout:
+    """The layout of one module's batch (trailing shapes and dtypes per leaf).
+
+    Raises:
+      ValueError: on a leaf without a leading axis, or leaves whose leading
+        sizes differ.
+      TypeError: on float64 data while JAX runs in 32-bit mode.
+    """
+    leaves = jax.tree_util.tree_leaves_with_path(batch)
+    if not leaves:
+        raise ValueError(f"Module {module_id!r}: the batch has no arrays.")
+    batch_size(module_id, batch)
+    for path, leaf in leaves:
+        _check_not_float64(module_id, jax.tree_util.keystr(path), np.result_type(leaf))
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], _canonical_dtype(np.result_type(x))),
+        batch,
+    )
+
+
+def batch_size(module_id: str, batch: Batch) -> int:
+    """The shared leading size of a module's batch.
+
+    Raises:
+      ValueError: when a leaf is a scalar or the leading sizes differ.
+    """
+    sizes: dict[str, int] = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
+        shape = np.shape(leaf)
+        key = jax.tree_util.keystr(path)
+        if not shape:
+            raise ValueError(
+                f"Module {module_id!r}, batch key {key}: got a scalar; every batch entry needs "
+                "a leading batch axis [B, ...]."
+            )
+        sizes[key] = shape[0]
+    if len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"Module {module_id!r}: batch entries disagree on the leading batch size: {sizes}."
+        )
+    return next(iter(sizes.values()))
+
+
+def validate_batch(module_id: str, batch: Batch, layout: Layout) -> int:
+    """Checks a module's batch against its recorded layout; returns the batch size.
+
+    Raises:
+      KeyError: a key is missing or unexpected (named, with the expected keys).
+      ValueError: a trailing shape differs, or leading sizes disagree.
+      TypeError: a dtype differs, or float64 leaks in.
+    """
+    expected = dict(_paths(layout))
+    received = dict(_paths(batch))
+    missing = [p for p in expected if p not in received]
+    extra = [p for p in received if p not in expected]
+    if missing or extra:
+        raise ReadableKeyError(
+            f"Module {module_id!r}: batch keys do not match the layout seen at init. "
+            f"Missing: {_names(missing)}; unexpected: {_names(extra)}; expected keys: "
+            f"{_names(expected)}."
+        )
+    if jax.tree.structure(batch) != jax.tree.structure(layout):
+        raise ReadableKeyError(
+            f"Module {module_id!r}: batch structure {jax.tree.structure(batch)} differs from "
+            f"the layout seen at init {jax.tree.structure(layout)}."
+        )
+    size = batch_size(module_id, batch)
+    for path, spec in expected.items():
+        leaf = received[path]
+        shape, dtype = np.shape(leaf), np.result_type(leaf)
+        _check_not_float64(module_id, path, dtype)
+        if tuple(shape[1:]) != tuple(spec.shape):
+            raise ValueError(
+                f"Module {module_id!r}, batch key {path}: expected shape [B, "
+                f"{', '.join(map(str, spec.shape))}] (trailing {tuple(spec.shape)}), got "
+                f"{tuple(shape)}."
+            )
+        if _canonical_dtype(dtype) != spec.dtype:
+            raise TypeError(
+                f"Module {module_id!r}, batch key {path}: expected dtype {spec.dtype}, got "
+                f"{np.dtype(dtype)}."
+            )
+    return size
+
+
+def _names(paths: object) -> str:
+    return "[" + ", ".join(str(p) for p in paths) + "]"
+
+
+def _paths(tree: PyTree) -> list[tuple[str, Any]]:
+    return [
+        (jax.tree_util.keystr(path), leaf)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    ]
+
+
+def minibatch_plan(size: int, minibatch_size: int | None, module_id: str) -> tuple[int, int]:
+    """``(minibatch_size, num_minibatches)`` for a module's batch of ``size`` rows.
+
+    ``minibatch_size=None`` means the whole batch is one minibatch. Rows past
+    ``num_minibatches * minibatch_size`` are left out of that epoch (with
+    shuffling, different rows each epoch).
+
+    Raises:
+      ValueError: when the batch is smaller than one minibatch.
+    """
+    if minibatch_size is None:
+        return size, 1
+    if size < minibatch_size:
+        raise ValueError(
+            f"Module {module_id!r}: the batch has {size} rows, fewer than minibatch_size="
+            f"{minibatch_size}; pass at least {minibatch_size} rows or a smaller minibatch_size."
+        )
+    return minibatch_size, size // minibatch_size
+
+
+def epoch_blocks(
+    batch: Batch,
+    key: jax.Array,
+    minibatch_size: int,
+    num_minibatches: int,
+    num_steps: int,
+    shuffle: bool,
+) -> Batch:
+    """One epoch of a module's batch as ``[num_steps, minibatch_size, ...]`` blocks.
+
+    Rows are permuted with ``key`` (or kept in order without ``shuffle``),
+    cut into ``num_minibatches`` minibatches, and the minibatches are cycled
+    when the learner takes more steps than this module has minibatches (a
+    multi-module batch whose modules have different sizes, as RLlib's cyclic
+    minibatch iterator does).
+
+    Args:
+      batch: ``[B, ...]`` arrays.
+      key: the epoch's key for this module.
+      minibatch_size: rows per minibatch.
+      num_minibatches: ``B // minibatch_size``.
+      num_steps: minibatch steps per epoch of the whole learner, >= num_minibatches.
+      shuffle: whether to permute the rows.
+
+    Returns:
+      The batch with leaves of shape ``[num_steps, minibatch_size, ...]``.
+    """
+    size = jax.tree.leaves(batch)[0].shape[0]
+    used = minibatch_size * num_minibatches
+    order = jax.random.permutation(key, size)[:used] if shuffle else jnp.arange(used)
+    order = order.reshape(num_minibatches, minibatch_size)
+    if num_steps != num_minibatches:
+        order = order[np.arange(num_steps) % num_minibatches]
+    return jax.tree.map(lambda x: jnp.asarray(x)[order], batch)

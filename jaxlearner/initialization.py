@@ -1,0 +1,202 @@
+"""Initialising modules: finding each model's example input and building its state.
+
+By default the example input is found by tracing the loss once on the sample
+batch (with ``jax.eval_shape``, so nothing is computed) and recording the
+inputs of the first ``ctx.apply`` call of each module. The model is then
+initialised on zeros of those shapes and dtypes. ``ModuleSpec.init_input``
+overrides this with an explicit function of the sample batch.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxlearner.context import LossContext
+from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.optimizer import init_optimizer, label_params
+from jaxlearner.schedules import initial_value
+from jaxlearner.state import ModuleState, zero_counter
+from jaxlearner.types import Batch, JointLossFn, Params, PyTree
+
+
+def module_key(key: jax.Array, module_id: str) -> jax.Array:
+    """A key for ``module_id`` that does not depend on which other modules exist."""
+    return jax.random.fold_in(key, zlib.crc32(module_id.encode()) & 0x7FFFFFFF)
+
+
+class _Unavailable:
+    """Stands in for params and extra state while the example input is being found."""
+
+    def __init__(self, module_id: str, what: str) -> None:
+        self._module_id = module_id
+        self._what = what
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise _UsedBeforeApply(self._module_id, self._what)
+
+    __getitem__ = __getattr__ = __iter__ = __len__ = __contains__ = _fail
+
+
+class _UsedBeforeApply(Exception):
+    def __init__(self, module_id: str, what: str) -> None:
+        super().__init__(module_id, what)
+        self.module_id = module_id
+        self.what = what
+
+
+class _Recorder:
+    """A ``ctx.apply`` that records its first call's inputs and runs an abstract init."""
+
+    def __init__(self, module_id: str, spec: ModuleSpec, key: jax.Array) -> None:
+        self.module_id = module_id
+        self.spec = spec
+        self.key = key
+        self.inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self.params: Params | None = None
+
+    def __call__(self, params: Any, *args: Any, **kwargs: Any) -> Any:
+        del params  # not known yet: the recorder initialises its own
+        if self.inputs is None:
+            self.inputs = (_abstract(args), _abstract(kwargs))
+            self.params = self.spec.model.init(self.key, *args, **kwargs)
+        return self.spec.model.apply(self.params, *args, **kwargs)
+
+
+def _abstract(tree: Any) -> Any:
+    def leaf(x: Any) -> Any:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
+        return x
+
+    return jax.tree.map(leaf, tree)
+
+
+def _zeros(tree: Any) -> Any:
+    return jax.tree.map(
+        lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x,
+        tree,
+    )
+
+
+def find_init_inputs(
+    specs: Mapping[str, ModuleSpec],
+    sample_batch: Mapping[str, Batch],
+    key: jax.Array,
+    joint_loss: JointLossFn | None,
+) -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each module's model inputs ``(args, kwargs)``, as concrete zero arrays.
+
+    Raises:
+      ValueError: when a loss never calls ``ctx.apply`` for a module, or uses
+        its params or extra state before the first call; the message says to
+        pass ``ModuleSpec(init_input=...)``.
+    """
+    inputs: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    recorders: dict[str, _Recorder] = {}
+    for module_id, spec in specs.items():
+        if spec.init_input is not None:
+            found = spec.init_input(sample_batch[module_id])
+            args = found if isinstance(found, tuple) else (found,)
+            inputs[module_id] = (args, {})
+        else:
+            recorders[module_id] = _Recorder(module_id, spec, module_key(key, module_id))
+    if not recorders:
+        return inputs
+
+    contexts = {m: _recording_context(m, specs[m], r) for m, r in recorders.items()}
+    placeholder = {m: _Unavailable(m, "params") for m in recorders}
+
+    def trace(batch: Mapping[str, Batch]) -> None:
+        if joint_loss is not None:
+            ctx = {m: contexts.get(m) or _plain_context(m, specs[m]) for m in specs}
+            params = {m: placeholder.get(m, _Unavailable(m, "params")) for m in specs}
+            joint_loss(params, batch, ctx)
+            return
+        for module_id in recorders:
+            specs[module_id].loss(placeholder[module_id], batch[module_id], contexts[module_id])
+
+    try:
+        jax.eval_shape(trace, dict(sample_batch))
+    except _UsedBeforeApply as error:
+        raise ValueError(
+            f"Module {error.module_id!r}: the loss used its {error.what} before its first "
+            "ctx.apply call, so its model's example input cannot be found by tracing the loss. "
+            "Pass ModuleSpec(init_input=lambda batch: <model inputs>)."
+        ) from None
+    for module_id, recorder in recorders.items():
+        recorder.params = None  # abstract values of the finished trace: drop them
+        if recorder.inputs is None:
+            raise ValueError(
+                f"Module {module_id!r}: the loss never called ctx.apply on the sample batch, so "
+                "its model's example input is unknown. Pass "
+                "ModuleSpec(init_input=lambda batch: <model inputs>)."
+            )
+        args, kwargs = recorder.inputs
+        inputs[module_id] = (_zeros(args), _zeros(kwargs))
+    return inputs
+
+
+def _recording_context(module_id: str, spec: ModuleSpec, recorder: _Recorder) -> LossContext:
+    return LossContext(
+        module_id=module_id,
+        apply=recorder,
+        key=recorder.key,
+        extra=_Unavailable(module_id, "extra state"),  # type: ignore[arg-type]
+        hyperparams=_initial_hyperparams(spec),
+        counters={"grad_steps": zero_counter(), "env_steps": zero_counter()},
+    )
+
+
+def _plain_context(module_id: str, spec: ModuleSpec) -> LossContext:
+    return _recording_context(module_id, spec, _Recorder(module_id, spec, jax.random.key(0)))
+
+
+def _initial_hyperparams(spec: ModuleSpec) -> dict[str, jax.Array]:
+    return {name: initial_value(value, name) for name, value in spec.hyperparams.items()}
+
+
+def init_module_state(
+    module_id: str,
+    spec: ModuleSpec,
+    key: jax.Array,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    params: Params | None = None,
+) -> ModuleState:
+    """A module's initial state: params, optimizer states, extra, hyperparams, counters.
+
+    Args:
+      module_id: the module's id (for error messages).
+      spec: the module's spec.
+      key: the module's init key.
+      inputs: the model's example inputs ``(args, kwargs)``.
+      params: params to start from instead of a fresh ``model.init`` (e.g. a
+        snapshot of another module's params).
+    """
+    if params is None:
+        args, kwargs = inputs
+        params = spec.model.init(key, *args, **kwargs)
+    names = list(spec.named_optimizers)
+    labels = label_params(params, names, spec.param_labels, module_id)
+    opt_states = {
+        name: init_optimizer(optimizer, name, params, labels, single=len(names) == 1)
+        for name, optimizer in spec.named_optimizers.items()
+    }
+    extra: dict[str, PyTree] = {}
+    for update in spec.additional_updates:
+        if update.init_extra is not None:
+            extra.update(update.init_extra(params))
+    if spec.init_extra is not None:
+        extra.update(spec.init_extra(params))
+    return ModuleState(
+        params=params,
+        opt_states=opt_states,
+        extra=jax.tree.map(jnp.asarray, extra),
+        hyperparams=_initial_hyperparams(spec),
+        grad_steps=zero_counter(),
+        env_steps=zero_counter(),
+    )

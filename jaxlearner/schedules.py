@@ -1,0 +1,206 @@
+"""Schedules for learning rates and coefficients, evaluated inside the update.
+
+A schedule is a value: a pure function of a counter plus the name of the
+counter it reads. The counters live in each module's state
+(``ModuleState.grad_steps`` and ``ModuleState.env_steps``), so a scheduled
+value is always a function of the state, is recomputed inside the jitted
+update, and is checkpointed with everything else.
+
+Anything accepted where a schedule may go (a :data:`ScheduleLike`):
+
+* a number: a constant. It is stored as a traced leaf in the state and never
+  overwritten, so it can be swept with ``jax.vmap`` or edited in the state;
+* an optax schedule (``count -> value``): evaluated on the module's gradient
+  steps, exactly as optax's ``inject_hyperparams`` would;
+* an RLlib-style list ``[[t0, v0], [t1, v1], ...]``: a piecewise-linear
+  schedule over env steps (see :func:`piecewise_schedule`);
+* a :class:`Schedule`, for full control over the counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Literal, TypeAlias
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.types import ScheduleFn
+
+Counter: TypeAlias = Literal["grad_steps", "env_steps"]
+COUNTERS: tuple[str, ...] = ("grad_steps", "env_steps")
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A function of one of the module's counters.
+
+    Attributes:
+      fn: ``count -> value``; ``count`` is a scalar int32 array.
+      counter: which counter feeds ``fn``: ``"grad_steps"`` (gradient steps
+        this module has taken, optax's convention) or ``"env_steps"`` (rows of
+        this module's batches trained on, RLlib's convention).
+
+    Example:
+      >>> import optax, jaxlearner as jl
+      >>> lr = jl.Schedule(optax.linear_schedule(1e-3, 1e-4, 10_000), counter="env_steps")
+      >>> float(lr(jax.numpy.array(10_000)))  # doctest: +ELLIPSIS
+      0.0001...
+    """
+
+    fn: ScheduleFn
+    counter: Counter = "grad_steps"
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"Schedule.fn must be callable (count -> value); got {self.fn!r}.")
+        if self.counter not in COUNTERS:
+            raise ValueError(f"Schedule.counter must be one of {COUNTERS}; got {self.counter!r}.")
+
+    def __call__(self, count: jax.Array) -> jax.Array:
+        return jnp.asarray(self.fn(count), jnp.float32)
+
+
+ScheduleLike: TypeAlias = float | int | Schedule | ScheduleFn | Sequence[Sequence[float]]
+
+
+def piecewise_schedule(
+    points: Sequence[Sequence[float]], counter: Counter = "env_steps"
+) -> Schedule:
+    """An RLlib-style piecewise-linear schedule.
+
+    Linear interpolation between consecutive ``[t, value]`` points; the last
+    value holds after the last point. As in RLlib the first point must be at
+    ``t = 0``.
+
+    Args:
+      points: ``[[t0, v0], [t1, v1], ...]`` with ``0 == t0 < t1 < ...``
+        integer counts and finite values.
+      counter: ``"env_steps"`` (RLlib's default) or ``"grad_steps"``.
+
+    Returns:
+      A :class:`Schedule`.
+
+    Raises:
+      ValueError: on an empty list, a point that is not a pair of numbers, a
+        first point not at 0, counts that do not strictly increase, negative or
+        fractional counts, or non-finite values.
+
+    Example:
+      >>> import jaxlearner as jl
+      >>> lr = jl.piecewise_schedule([[0, 1e-3], [1000, 1e-4]])
+      >>> round(float(lr(jax.numpy.array(500))), 6)
+      0.00055
+    """
+    ts, vs = _validate_points(points)
+    ts_array = np.asarray(ts, np.float32)
+    vs_array = np.asarray(vs, np.float32)
+
+    def fn(count: jax.Array) -> jax.Array:
+        return jnp.interp(jnp.asarray(count, jnp.float32), ts_array, vs_array)
+
+    return Schedule(fn, counter=counter)
+
+
+def _validate_points(points: object) -> tuple[list[int], list[float]]:
+    example = "expected [[t0, v0], [t1, v1], ...] with t0 == 0, e.g. [[0, 1e-3], [10000, 1e-4]]"
+    if isinstance(points, str | bytes) or not isinstance(points, Sequence) or not points:
+        raise ValueError(f"Malformed piecewise schedule {points!r}: {example}.")
+    ts: list[int] = []
+    vs: list[float] = []
+    for i, point in enumerate(points):
+        if (
+            isinstance(point, str | bytes)
+            or not isinstance(point, Sequence)
+            or len(point) != 2
+            or not all(_is_number(x) for x in point)
+        ):
+            raise ValueError(
+                f"Malformed piecewise schedule: point {i} is {point!r}, not a pair of "
+                f"numbers; {example}."
+            )
+        t, v = point
+        if t < 0 or float(t) != int(t):
+            raise ValueError(
+                f"Malformed piecewise schedule: point {i} has count {t!r}; counts must be "
+                f"non-negative integers; {example}."
+            )
+        if not math.isfinite(float(v)):
+            raise ValueError(f"Malformed piecewise schedule: point {i} has non-finite value {v!r}.")
+        if ts and int(t) <= ts[-1]:
+            raise ValueError(
+                f"Malformed piecewise schedule: counts must strictly increase, but point {i} "
+                f"has count {t} after {ts[-1]}."
+            )
+        ts.append(int(t))
+        vs.append(float(v))
+    if ts[0] != 0:
+        raise ValueError(
+            f"Malformed piecewise schedule: the first point must be at count 0, got {ts[0]}; "
+            f"{example}."
+        )
+    return ts, vs
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+
+
+def as_schedule(value: ScheduleLike, name: str) -> Schedule | None:
+    """Turns a :data:`ScheduleLike` into a :class:`Schedule`, or ``None`` for a constant.
+
+    Args:
+      value: see the module docstring for what is accepted.
+      name: the hyperparameter's name, used in error messages.
+
+    Returns:
+      ``None`` when ``value`` is a constant number, else a :class:`Schedule`.
+
+    Raises:
+      TypeError: when ``value`` is none of the accepted forms.
+      ValueError: when a piecewise list is malformed.
+    """
+    if isinstance(value, Schedule):
+        return value
+    if _is_number(value) or (isinstance(value, np.ndarray | jax.Array) and np.ndim(value) == 0):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"Hyperparameter {name!r} must be finite; got {value!r}.")
+        return None
+    if callable(value):
+        return Schedule(value, counter="grad_steps")
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        try:
+            return piecewise_schedule(value)
+        except ValueError as error:
+            raise ValueError(f"Hyperparameter {name!r}: {error}") from None
+    raise TypeError(
+        f"Hyperparameter {name!r} must be a number, an optax schedule (count -> value), "
+        f"a piecewise list [[t0, v0], [t1, v1], ...] or a jl.Schedule; got "
+        f"{type(value).__name__} {value!r}."
+    )
+
+
+def initial_value(value: ScheduleLike, name: str) -> jax.Array:
+    """The value of a :data:`ScheduleLike` at count 0, as a float32 scalar."""
+    schedule = as_schedule(value, name)
+    with jax.ensure_compile_time_eval():
+        if schedule is None:
+            return jnp.asarray(value, jnp.float32)
+        return schedule(jnp.zeros((), jnp.int32))
+
+
+def current_value(
+    value: ScheduleLike, stored: jax.Array, counters: dict[str, jax.Array], name: str
+) -> jax.Array:
+    """The value to use now: the schedule at its counter, or the stored constant.
+
+    A constant is read back from the state (``stored``) rather than from the
+    config, so that users may sweep or edit it in the state.
+    """
+    schedule = as_schedule(value, name)
+    if schedule is None:
+        return stored
+    return schedule(counters[schedule.counter]).astype(stored.dtype)

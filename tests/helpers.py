@@ -1,0 +1,68 @@
+"""Small models, losses and batches shared by the tests."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def maybe_jit(fn, use_jit):
+    """``jax.jit(fn)``, or ``fn`` run with jit disabled."""
+    if use_jit:
+        return jax.jit(fn)
+
+    def eager(*args, **kwargs):
+        with jax.disable_jit():
+            return fn(*args, **kwargs)
+
+    return eager
+
+
+def regression_batch(size=64, features=3, seed=0):
+    """``{"x": [size, features], "y": [size]}`` float32 with a linear target."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(size, features)).astype(np.float32)
+    y = (x @ np.arange(1, features + 1, dtype=np.float32) + 0.5).astype(np.float32)
+    return {"x": x, "y": y}
+
+
+def mse_loss(params, batch, ctx):
+    """Mean squared error of a one-output model."""
+    prediction = ctx.apply(params, batch["x"])[:, 0]
+    mse = jnp.mean((prediction - batch["y"]) ** 2)
+    return mse, {"mse": mse}
+
+
+class ActorCritic(nn.Module):
+    """Two submodules named after two optimizers."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1, name="actor")(x)[:, 0], nn.Dense(1, name="critic")(x)[:, 0]
+
+
+def actor_critic_loss(params, batch, ctx):
+    """One scalar loss over both heads."""
+    actor, critic = ctx.apply(params, batch["x"])
+    actor_loss = jnp.mean((actor - batch["y"]) ** 2)
+    critic_loss = jnp.mean((critic + batch["y"]) ** 2)
+    return actor_loss + critic_loss, {"actor_loss": actor_loss, "critic_loss": critic_loss}
+
+
+def tree_equal(a, b):
+    """Bit-identical pytrees (same structure, dtypes and values)."""
+    if jax.tree.structure(a) != jax.tree.structure(b):
+        return False
+    return all(
+        x.dtype == y.dtype and np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+
+
+def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+    """Same structure and values to float tolerance."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)

@@ -1,0 +1,85 @@
+"""Schedules: values derived by hand, with and without jit, and validation."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from helpers import maybe_jit
+
+import jaxlearner as jl
+from jaxlearner.schedules import as_schedule, current_value, initial_value
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        (0, 1.0),  # the first point
+        (50, 0.55),  # halfway from 1.0 to 0.1: 1.0 + 0.5 * (0.1 - 1.0)
+        (100, 0.1),  # the second point
+        (150, 0.05),  # halfway from 0.1 to 0.0
+        (200, 0.0),  # the last point
+        (10_000, 0.0),  # the last value holds after the last point
+    ],
+)
+def test_piecewise_schedule_interpolates_linearly(jit, count, expected):
+    schedule = jl.piecewise_schedule([[0, 1.0], [100, 0.1], [200, 0.0]])
+    value = maybe_jit(schedule, jit)(jnp.asarray(count, jnp.int32))
+    np.testing.assert_allclose(float(value), expected, rtol=1e-6, atol=1e-7)
+    assert schedule.counter == "env_steps"
+
+
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        ([], "Malformed piecewise schedule"),
+        ("0.1", "Malformed piecewise schedule"),
+        ([[0, 1.0], [10]], "point 1 is [10], not a pair of numbers"),
+        ([[5, 1.0], [10, 0.5]], "first point must be at count 0, got 5"),
+        ([[0, 1.0], [10, 0.5], [10, 0.1]], "must strictly increase, but point 2 has count 10"),
+        ([[0, 1.0], [-1, 0.5]], "counts must be non-negative integers"),
+        ([[0, 1.0], [10.5, 0.5]], "counts must be non-negative integers"),
+        ([[0, float("nan")]], "non-finite value"),
+        ([[0, "a"]], "not a pair of numbers"),
+    ],
+)
+def test_malformed_piecewise_schedule_raises(points, message):
+    with pytest.raises(ValueError) as error:
+        jl.piecewise_schedule(points)
+    assert message in str(error.value)
+
+
+def test_as_schedule_accepts_each_form():
+    assert as_schedule(0.1, "lr") is None
+    optax_schedule = optax.linear_schedule(1.0, 0.0, 10)
+    wrapped = as_schedule(optax_schedule, "lr")
+    assert wrapped.counter == "grad_steps"
+    np.testing.assert_allclose(float(wrapped(jnp.asarray(5))), 0.5)
+    listed = as_schedule([[0, 2.0], [10, 0.0]], "lr")
+    assert listed.counter == "env_steps"
+    np.testing.assert_allclose(float(listed(jnp.asarray(5))), 1.0)
+    explicit = jl.Schedule(optax_schedule, counter="env_steps")
+    assert as_schedule(explicit, "lr") is explicit
+
+
+def test_as_schedule_names_the_hyperparameter_in_errors():
+    with pytest.raises(ValueError, match="Hyperparameter 'entropy_coeff': Malformed"):
+        as_schedule([[1, 0.1]], "entropy_coeff")
+    with pytest.raises(TypeError, match="Hyperparameter 'lr' must be a number"):
+        as_schedule({"a": 1}, "lr")
+    with pytest.raises(ValueError, match="must be finite"):
+        as_schedule(float("inf"), "lr")
+    with pytest.raises(ValueError, match="Schedule.counter must be one of"):
+        jl.Schedule(lambda c: c, counter="epochs")
+
+
+def test_constant_is_read_from_the_state_and_schedules_from_the_counter(jit):
+    counters = {"grad_steps": jnp.asarray(3), "env_steps": jnp.asarray(40)}
+    read = maybe_jit(lambda stored, c: current_value(0.5, stored, c, "x"), jit)
+    # A constant comes back as stored in the state (a sweep may have changed it).
+    assert float(read(jnp.asarray(0.25), counters)) == 0.25
+    scheduled = maybe_jit(
+        lambda stored, c: current_value([[0, 1.0], [80, 0.0]], stored, c, "x"), jit
+    )
+    # env_steps 40 is halfway between 1.0 and 0.0.
+    assert float(scheduled(jnp.asarray(0.25), counters)) == pytest.approx(0.5)
+    assert float(initial_value([[0, 1.0], [80, 0.0]], "x")) == 1.0
