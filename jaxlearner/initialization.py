@@ -10,7 +10,7 @@ overrides this with an explicit function of the sample batch.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -29,17 +29,35 @@ def module_key(key: jax.Array, module_id: str) -> jax.Array:
     return jax.random.fold_in(key, zlib.crc32(module_id.encode()) & 0x7FFFFFFF)
 
 
-class _Unavailable:
-    """Stands in for params and extra state while the example input is being found."""
+class _AfterFirstApply(Mapping):
+    """Stands in for a module's params or extra state while its example input is found.
 
-    def __init__(self, module_id: str, what: str) -> None:
-        self._module_id = module_id
+    Before the loss's first ``ctx.apply`` call nothing is known, and any use
+    raises; afterwards it reads through to the (abstract) params the recorder
+    initialised, or to the extra state built from them.
+    """
+
+    def __init__(
+        self, recorder: _Recorder | None, what: str, build: Callable[[Params], Any]
+    ) -> None:
+        self._recorder = recorder
         self._what = what
+        self._build = build
 
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise _UsedBeforeApply(self._module_id, self._what)
+    def _value(self) -> Any:
+        if self._recorder is None or self._recorder.params is None:
+            module_id = "?" if self._recorder is None else self._recorder.module_id
+            raise _UsedBeforeApply(module_id, self._what)
+        return self._build(self._recorder.params)
 
-    __getitem__ = __getattr__ = __iter__ = __len__ = __contains__ = _fail
+    def __getitem__(self, key: Any) -> Any:
+        return self._value()[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
 
 
 class _UsedBeforeApply(Exception):
@@ -108,14 +126,16 @@ def find_init_inputs(
     if not recorders:
         return inputs
 
+    if joint_loss is not None:
+        recorders.update(
+            {m: _Recorder(m, specs[m], module_key(key, m)) for m in specs if m not in recorders}
+        )
     contexts = {m: _recording_context(m, specs[m], r) for m, r in recorders.items()}
-    placeholder = {m: _Unavailable(m, "params") for m in recorders}
+    placeholder = {m: _AfterFirstApply(r, "params", lambda p: p) for m, r in recorders.items()}
 
     def trace(batch: Mapping[str, Batch]) -> None:
         if joint_loss is not None:
-            ctx = {m: contexts.get(m) or _plain_context(m, specs[m]) for m in specs}
-            params = {m: placeholder.get(m, _Unavailable(m, "params")) for m in specs}
-            joint_loss(params, batch, ctx)
+            joint_loss(placeholder, batch, contexts)
             return
         for module_id in recorders:
             specs[module_id].loss(placeholder[module_id], batch[module_id], contexts[module_id])
@@ -130,6 +150,8 @@ def find_init_inputs(
         ) from None
     for module_id, recorder in recorders.items():
         recorder.params = None  # abstract values of the finished trace: drop them
+        if module_id in inputs:
+            continue  # given by init_input; traced only for the joint loss
         if recorder.inputs is None:
             raise ValueError(
                 f"Module {module_id!r}: the loss never called ctx.apply on the sample batch, so "
@@ -146,18 +168,25 @@ def _recording_context(module_id: str, spec: ModuleSpec, recorder: _Recorder) ->
         module_id=module_id,
         apply=recorder,
         key=recorder.key,
-        extra=_Unavailable(module_id, "extra state"),  # type: ignore[arg-type]
+        extra=_AfterFirstApply(recorder, "extra state", lambda p: initial_extra(spec, p)),
         hyperparams=_initial_hyperparams(spec),
         counters={"grad_steps": zero_counter(), "env_steps": zero_counter()},
     )
 
 
-def _plain_context(module_id: str, spec: ModuleSpec) -> LossContext:
-    return _recording_context(module_id, spec, _Recorder(module_id, spec, jax.random.key(0)))
-
-
 def _initial_hyperparams(spec: ModuleSpec) -> dict[str, jax.Array]:
     return {name: initial_value(value, name) for name, value in spec.hyperparams.items()}
+
+
+def initial_extra(spec: ModuleSpec, params: Params) -> dict[str, PyTree]:
+    """The module's initial ``extra`` state: its updates' entries, then the spec's own."""
+    extra: dict[str, PyTree] = {}
+    for update in spec.additional_updates:
+        if update.init_extra is not None:
+            extra.update(update.init_extra(params))
+    if spec.init_extra is not None:
+        extra.update(spec.init_extra(params))
+    return jax.tree.map(jnp.asarray, extra)
 
 
 def init_module_state(
@@ -186,16 +215,10 @@ def init_module_state(
         name: init_optimizer(optimizer, name, params, labels, single=len(names) == 1)
         for name, optimizer in spec.named_optimizers.items()
     }
-    extra: dict[str, PyTree] = {}
-    for update in spec.additional_updates:
-        if update.init_extra is not None:
-            extra.update(update.init_extra(params))
-    if spec.init_extra is not None:
-        extra.update(spec.init_extra(params))
     return ModuleState(
         params=params,
         opt_states=opt_states,
-        extra=jax.tree.map(jnp.asarray, extra),
+        extra=initial_extra(spec, params),
         hyperparams=_initial_hyperparams(spec),
         grad_steps=zero_counter(),
         env_steps=zero_counter(),

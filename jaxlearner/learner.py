@@ -325,12 +325,11 @@ class Learner:
                 f"Learner.replace got unknown option(s) {unknown}; valid: "
                 f"{sorted([*self._options, 'modules'])}."
             )
-        options = {**self._options, **changes}
-        modules = options.pop("modules", self._specs)
+        modules = changes.pop("modules", self._specs)
         layout = self._layout
         if layout is not None:
             layout = {m: v for m, v in layout.items() if m in modules}
-        return Learner(modules, batch_layout=layout, **options)
+        return Learner(modules, batch_layout=layout, **{**self._options, **changes})
 
     def add_module(
         self,
@@ -395,10 +394,8 @@ class Learner:
         module = init_module_state(
             module_id, spec, module_key(key, module_id), inputs[module_id], params=params
         )
-        learner = self.replace(
-            modules=specs, modules_to_train=self._with_training(module_id, train)
-        )
-        learner._layout = {**self._layout, module_id: layout}
+        options = {**self._options, "modules_to_train": self._with_training(module_id, train)}
+        learner = Learner(specs, batch_layout={**self._layout, module_id: layout}, **options)
         return learner, state.replace(modules={**state.modules, module_id: module}, key=new_key)
 
     def _with_training(self, module_id: str, train: bool | None) -> ModulesToTrain:

@@ -51,12 +51,18 @@ def actor_critic_loss(params, batch, ctx):
     return actor_loss + critic_loss, {"actor_loss": actor_loss, "critic_loss": critic_loss}
 
 
+def _host(x):
+    if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(x))
+    return np.asarray(x)
+
+
 def tree_equal(a, b):
-    """Bit-identical pytrees (same structure, dtypes and values)."""
+    """Bit-identical pytrees (same structure, dtypes and values; typed keys included)."""
     if jax.tree.structure(a) != jax.tree.structure(b):
         return False
     return all(
-        x.dtype == y.dtype and np.array_equal(np.asarray(x), np.asarray(y))
+        x.dtype == y.dtype and np.array_equal(_host(x), _host(y))
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
     )
 
