@@ -72,6 +72,9 @@ class Learner:
         used afterwards.
       batch_layout: each module's batch layout, for a learner that restores a
         state instead of calling ``init`` (the checkpoint module passes it).
+      recipe: a JSON-serialisable description from which a registered builder
+        can rebuild this learner (``{"algorithm": name, ...}``); built-in
+        algorithms set it so a checkpoint can be restored without code.
 
     Raises:
       TypeError, ValueError, KeyError: on an invalid configuration, naming what
@@ -105,6 +108,7 @@ class Learner:
         additional_updates: Sequence[LearnerUpdateFn] = (),
         donate_state: bool = False,
         batch_layout: Mapping[str, Layout] | None = None,
+        recipe: Mapping[str, Any] | None = None,
     ) -> None:
         self._specs = _check_specs(modules, loss)
         _check_positive_int("minibatch_size", minibatch_size, allow_none=True)
@@ -132,6 +136,7 @@ class Learner:
             loss=loss,
             additional_updates=tuple(additional_updates),
             donate_state=donate_state,
+            recipe=None if recipe is None else dict(recipe),
         )
         self._trained = _resolve_modules_to_train(modules_to_train, tuple(self._specs))
         self._layout = None if batch_layout is None else dict(batch_layout)
@@ -173,6 +178,12 @@ class Learner:
     def options(self) -> dict[str, Any]:
         """The keyword arguments this learner was built with (for :meth:`replace`)."""
         return dict(self._options)
+
+    @property
+    def recipe(self) -> dict[str, Any] | None:
+        """The JSON description a registered builder rebuilds this learner from, if any."""
+        recipe = self._options["recipe"]
+        return None if recipe is None else dict(recipe)
 
     @property
     def batch_layout(self) -> dict[str, Layout] | None:
