@@ -13,6 +13,7 @@ Example:
   >>> state, metrics = learner.update(state, batch)                    # doctest: +SKIP
 """
 
+from jaxlearner import distributed
 from jaxlearner.additional_updates import (
     AdditionalUpdate,
     adaptive_kl_coeff,
@@ -20,6 +21,7 @@ from jaxlearner.additional_updates import (
     polyak_update,
 )
 from jaxlearner.context import LossContext
+from jaxlearner.group import LearnerGroup
 from jaxlearner.learner import Learner
 from jaxlearner.metrics import ALL_MODULES
 from jaxlearner.module_spec import ModuleSpec
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_OPTIMIZER",
     "AdditionalUpdate",
     "Learner",
+    "LearnerGroup",
     "LearnerState",
     "LossContext",
     "ModuleSpec",
@@ -44,6 +47,7 @@ __all__ = [
     "UpdateConfig",
     "__version__",
     "adaptive_kl_coeff",
+    "distributed",
     "make_update",
     "periodic_copy",
     "piecewise_schedule",

@@ -149,9 +149,7 @@ class Learner:
             modules_to_train=self._trained,
             skip_nonfinite=skip_nonfinite,
         )
-        self._update_fn = make_update(
-            self._specs, self._config, joint_loss=loss, learner_updates=tuple(additional_updates)
-        )
+        self._update_fn = self.build_update()
         self._jitted = jax.jit(self._update_fn, donate_argnums=(0,) if donate_state else ())
 
     @property
@@ -200,6 +198,27 @@ class Learner:
         update in one ``jit``).
         """
         return self._update_fn
+
+    def build_update(self, constrain_minibatch: Callable[[Batch], Batch] | None = None) -> UpdateFn:
+        """A fresh pure update function for this learner's modules and options.
+
+        Args:
+          constrain_minibatch: applied to each epoch's ``[steps, minibatch,
+            ...]`` blocks inside the update, e.g. a sharding constraint (the
+            :class:`~jaxlearner.LearnerGroup` splits minibatches over devices
+            this way).
+
+        Returns:
+          ``update(state, batch, env_steps) -> (state, metrics)``, un-jitted,
+          as :attr:`update_fn`.
+        """
+        return make_update(
+            self._specs,
+            self._config,
+            joint_loss=self._options["loss"],
+            learner_updates=self._options["additional_updates"],
+            constrain_minibatch=constrain_minibatch,
+        )
 
     def init(self, key: jax.Array, sample_batch: Batch) -> LearnerState:
         """Initialises every module and records each module's batch layout.
@@ -281,16 +300,37 @@ class Learner:
           >>> state, metrics = learner.update(state, batch)          # doctest: +SKIP
           >>> float(metrics["policy"]["total_loss"])                  # doctest: +SKIP
         """
-        batch, env_steps_by_module = self._prepare(state, batch, env_steps)
+        batch, env_steps_by_module = self.validate(state, batch, env_steps)
         if self._options["jit"]:
             return self._jitted(state, batch, env_steps_by_module)
         with jax.disable_jit():
             return self._update_fn(state, batch, env_steps_by_module)
 
-    def _prepare(
-        self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None
+    def validate(
+        self,
+        state: Any,
+        batch: Batch,
+        env_steps: int | Mapping[str, int] | None = None,
+        *,
+        batch_size_multiple: int = 1,
     ) -> tuple[dict[str, Batch], dict[str, np.ndarray]]:
-        """Validates state and batch in Python, before anything is traced."""
+        """Checks a state and batch in Python, before anything is traced.
+
+        Args:
+          state: a state of this learner's modules.
+          batch: a batch as :meth:`update` takes it.
+          env_steps: as :meth:`update` takes it.
+          batch_size_multiple: the factor by which the sizes seen here are
+            multiplied to give the global batch (the number of processes, when
+            each passes its own slice).
+
+        Returns:
+          ``(batch, env_steps)`` as the pure update function takes them:
+          ``{module_id: batch}`` and ``{module_id: int32}``.
+
+        Raises:
+          KeyError, ValueError, TypeError: see :meth:`update`.
+        """
         if self._layout is None:
             raise ValueError(
                 "This learner has no batch layout yet: call learner.init(key, sample_batch) "
@@ -298,7 +338,9 @@ class Learner:
             )
         self.check_state(state)
         batch = normalize_batch(batch, self.module_ids)
-        sizes = {m: validate_batch(m, batch[m], self._layout[m]) for m in batch}
+        sizes = {
+            m: validate_batch(m, batch[m], self._layout[m]) * batch_size_multiple for m in batch
+        }
         if not any(m in self._trained for m in batch):
             raise ValueError(
                 f"None of the batch's modules {sorted(batch)} is trained; modules_to_train is "
