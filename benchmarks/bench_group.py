@@ -1,0 +1,80 @@
+"""``LearnerGroup.update`` time per device count, on the PPO workload of bench_update.py.
+
+Run: ``python benchmarks/bench_group.py [--repeats 5] [--fake-cpu-devices 8]``.
+On a CPU host the devices are fake (``--xla_force_host_platform_device_count``)
+and share the same cores, so the table shows the group's overhead, not
+scaling; on a GPU/TPU host (no fake devices) it shows scaling. Writes
+``benchmarks/results/bench_group.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("--repeats", type=int, default=5)
+parser.add_argument("--fake-cpu-devices", type=int, default=8)
+args = parser.parse_args()
+if args.fake_cpu_devices:
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={args.fake_cpu_devices}"
+    )
+
+import jax  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import ppo_workload as w  # noqa: E402
+from bench_update import make_learner  # noqa: E402
+
+import jaxlearner as jl  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    batch = w.make_batch()
+    # 4000 rows and minibatches of 128 split over 1, 2, 4 and 8 devices.
+    counts = [n for n in (1, 2, 4, 8) if n <= jax.device_count()]
+    learner = make_learner()
+    state = learner.init(jax.random.key(0), batch)
+    calls, holders = {"learner.update (no group)": None}, {}
+    holders["learner.update (no group)"] = state
+
+    def plain():
+        holders["learner.update (no group)"], metrics = learner.update(
+            holders["learner.update (no group)"], batch
+        )
+        return metrics
+
+    calls["learner.update (no group)"] = plain
+    for n in counts:
+        group = jl.LearnerGroup(learner, devices=jax.devices()[:n])
+        name = f"group, {n} device{'s' if n > 1 else ''}"
+        holders[name] = group.put(state)
+
+        def call(group=group, name=name):
+            holders[name], metrics = group.update(holders[name], batch)
+            return metrics
+
+        calls[name] = call
+    results = w.measure(calls, args.repeats)
+    report = {"machine": w.machine(), "results": results}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_group.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"machine: {report['machine']}")
+    print("| variant | compile (s) | median per update (s) | min (s) | max (s) |")
+    print("|---|---|---|---|---|")
+    for name, r in results.items():
+        print(
+            f"| {name} | {r['compile_s']:.2f} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
+            f"{r['max_s']:.3f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
