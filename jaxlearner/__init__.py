@@ -28,6 +28,18 @@ from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.optimizer import DEFAULT_OPTIMIZER, Optimizer
 from jaxlearner.schedules import Schedule, piecewise_schedule
 from jaxlearner.state import LearnerState, ModuleState
+from jaxlearner.stop_conditions import (
+    All,
+    Any,
+    MaxEnvSteps,
+    MaxIterations,
+    MaxWallTime,
+    Plateau,
+    RewardBound,
+    StopCondition,
+    StopsDecreasing,
+    StopsIncreasing,
+)
 from jaxlearner.update import UpdateConfig, make_update
 
 __version__ = "0.1.0"
@@ -36,14 +48,24 @@ __all__ = [
     "ALL_MODULES",
     "DEFAULT_OPTIMIZER",
     "AdditionalUpdate",
+    "All",
+    "Any",
     "Learner",
     "LearnerGroup",
     "LearnerState",
     "LossContext",
+    "MaxEnvSteps",
+    "MaxIterations",
+    "MaxWallTime",
     "ModuleSpec",
     "ModuleState",
     "Optimizer",
+    "Plateau",
+    "RewardBound",
     "Schedule",
+    "StopCondition",
+    "StopsDecreasing",
+    "StopsIncreasing",
     "UpdateConfig",
     "__version__",
     "adaptive_kl_coeff",
