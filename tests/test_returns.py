@@ -1,0 +1,231 @@
+"""GAE and n-step returns: hand-derived values, loop references, with and without jit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import maybe_jit
+
+from jaxlearner.returns import gae, n_step_returns, n_step_rewards
+
+# Two [T=4] columns, gamma = lambda = 0.5 (so gamma * lambda = 0.25).
+# Column 0: one episode, no ends; v_t[t] = v_tm1[t + 1] and v_t[3] = 3 bootstraps the rollout end.
+# Column 1: terminated at t=1 (v_t[1] = 100 must be ignored), truncated at t=2 (v_t[2] = 6 is the
+# final observation's value), a new episode at t=3 bootstrapping on v_t[3] = 8.
+R_T = [[1.0, 1.0], [0.0, 1.0], [2.0, 1.0], [1.0, 1.0]]
+V_TM1 = [[0.5, 2.0], [1.0, 4.0], [0.0, 1.0], [2.0, 0.0]]
+V_T = [[1.0, 4.0], [0.0, 100.0], [2.0, 6.0], [3.0, 8.0]]
+TERMINATED = [[False, False], [False, True], [False, False], [False, False]]
+TRUNCATED = [[False, False], [False, False], [False, True], [False, False]]
+
+
+def test_gae_hand_derived(jit):
+    advantages, targets = maybe_jit(gae, jit)(
+        *map(np.asarray, (R_T, V_TM1, V_T, TERMINATED, TRUNCATED)), 0.5, 0.5
+    )
+    # delta = r + 0.5 * (1 - terminated) * v_t - v_tm1.
+    # Column 0: delta = [1 + 0.5 - 0.5, 0 + 0 - 1, 2 + 1 - 0, 1 + 1.5 - 2] = [1, -1, 3, 0.5];
+    #   A3 = 0.5, A2 = 3 + 0.25 * 0.5 = 3.125, A1 = -1 + 0.25 * 3.125 = -0.21875,
+    #   A0 = 1 + 0.25 * -0.21875 = 0.9453125.
+    # Column 1: delta = [1 + 2 - 2, 1 + 0 - 4, 1 + 3 - 1, 1 + 4 - 0] = [1, -3, 3, 5];
+    #   A3 = 5, A2 = 3 (truncated: trace cut), A1 = -3 (terminated: trace cut),
+    #   A0 = 1 + 0.25 * -3 = 0.25.
+    expected = np.asarray([[0.9453125, 0.25], [-0.21875, -3.0], [3.125, 3.0], [0.5, 5.0]])
+    np.testing.assert_allclose(advantages, expected, rtol=1e-6)
+    np.testing.assert_allclose(targets, expected + np.asarray(V_TM1), rtol=1e-6)
+    assert advantages.dtype == jnp.float32
+
+
+def discounted_returns(r_t, v_t, terminated, truncated, gamma):
+    """Monte-Carlo returns by a Python loop: sum rewards to the episode's end, bootstrap unless
+    it terminated (truncations and the rollout's end bootstrap on v_t)."""
+    horizon, batch = r_t.shape
+    returns = np.zeros_like(r_t)
+    for b in range(batch):
+        for t in range(horizon):
+            total, discount = 0.0, 1.0
+            for k in range(t, horizon):
+                total += discount * r_t[k, b]
+                discount *= gamma
+                if terminated[k, b]:
+                    break
+                if truncated[k, b] or k == horizon - 1:
+                    total += discount * v_t[k, b]
+                    break
+            returns[t, b] = total
+    return returns
+
+
+def gae_loop(r_t, v_tm1, v_t, terminated, truncated, gamma, lambda_):
+    """GAE by a Python loop over time, in float64."""
+    advantages = np.zeros_like(r_t)
+    next_advantage = np.zeros(r_t.shape[1])
+    for t in reversed(range(r_t.shape[0])):
+        delta = r_t[t] + gamma * (1 - terminated[t]) * v_t[t] - v_tm1[t]
+        done = terminated[t] | truncated[t]
+        next_advantage = delta + gamma * lambda_ * (1 - done) * next_advantage
+        advantages[t] = next_advantage
+    return advantages
+
+
+def random_rollout(seed=0, horizon=12, batch=5):
+    rng = np.random.default_rng(seed)
+    r_t = rng.normal(size=(horizon, batch))
+    v_tm1 = rng.normal(size=(horizon, batch))
+    v_t = rng.normal(size=(horizon, batch))
+    terminated = rng.random((horizon, batch)) < 0.15
+    truncated = ~terminated & (rng.random((horizon, batch)) < 0.15)
+    return r_t, v_tm1, v_t, terminated, truncated
+
+
+@pytest.mark.parametrize("lambda_", [0.0, 0.7, 0.95, 1.0])
+def test_gae_matches_a_loop(jit, lambda_):
+    rollout = random_rollout()
+    advantages, _ = maybe_jit(gae, jit)(*(x.astype(np.float32) for x in rollout), 0.9, lambda_)
+    np.testing.assert_allclose(advantages, gae_loop(*rollout, 0.9, lambda_), rtol=1e-4, atol=1e-5)
+
+
+def test_gae_lambda_one_gives_discounted_monte_carlo_returns(jit):
+    r_t, v_tm1, v_t, terminated, truncated = random_rollout(seed=1)
+    # The values telescope away only when consistent: inside an episode, the next observation's
+    # value is the next row's v_tm1. At truncations and the rollout's end v_t stays free.
+    continues = ~(terminated | truncated)[:-1]
+    v_t[:-1] = np.where(continues, v_tm1[1:], v_t[:-1])
+    _, targets = maybe_jit(gae, jit)(r_t, v_tm1, v_t, terminated, truncated, 0.9, 1.0)
+    expected = discounted_returns(r_t, v_t, terminated, truncated, 0.9)
+    np.testing.assert_allclose(targets, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_gae_lambda_zero_gives_one_step_td_errors(jit):
+    r_t, v_tm1, v_t, terminated, truncated = random_rollout(seed=2)
+    advantages, targets = maybe_jit(gae, jit)(r_t, v_tm1, v_t, terminated, truncated, 0.9, 0.0)
+    td_target = r_t + 0.9 * (1 - terminated) * v_t
+    np.testing.assert_allclose(targets, td_target, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(advantages, td_target - v_tm1, rtol=1e-4, atol=1e-5)
+
+
+def test_gae_traced_coefficients_compile_once():
+    rollout = [x.astype(np.float32) for x in random_rollout()]
+    traces = []
+
+    def counted(gamma, lambda_):
+        traces.append(None)
+        return gae(*rollout, gamma, lambda_)
+
+    compiled = jax.jit(counted)
+    first, _ = compiled(0.99, 0.95)
+    second, _ = compiled(0.9, 0.5)
+    assert len(traces) == 1
+    np.testing.assert_allclose(second, gae_loop(*random_rollout(), 0.9, 0.5), 1e-4, 1e-5)
+    assert not np.allclose(first, second)
+
+
+def test_gae_stops_target_gradients():
+    rollout = [x.astype(np.float32) for x in random_rollout()]
+
+    def loss(v_tm1, stop):
+        advantages, targets = gae(rollout[0], v_tm1, *rollout[2:], 0.9, 0.9, stop)
+        return jnp.sum(advantages) + jnp.sum(targets)
+
+    assert not np.any(jax.grad(loss)(rollout[1], True))
+    assert np.any(jax.grad(loss)(rollout[1], False))
+
+
+def test_gae_validation():
+    ones = np.ones((3, 2))
+    with pytest.raises(ValueError, match=r"same \[T, B\].*'v_t': \(3, 1\)"):
+        gae(ones, ones, np.ones((3, 1)), ones, ones, 0.9, 0.9)
+    with pytest.raises(ValueError, match="gamma must lie in \\[0, 1\\]; got 1.5"):
+        gae(ones, ones, ones, ones, ones, 1.5, 0.9)
+    with pytest.raises(ValueError, match="lambda_ must be a scalar; got shape \\(2,\\)"):
+        gae(ones, ones, ones, ones, ones, 0.9, np.ones(2))
+    with pytest.raises(ValueError, match="same \\[T, B\\]"):
+        gae(1.0, 1.0, 1.0, False, False, 0.9, 0.9)
+    empty = np.ones((0, 2))
+    with pytest.raises(ValueError, match="with T >= 1"):
+        gae(empty, empty, empty, empty, empty, 0.9, 0.9)
+
+
+# One [T=5] column, n = 3, gamma = 0.5, v_t = [10, 20, 30, 40, 50];
+# terminated at t=1, truncated at t=3.
+N_STEP_R = [1.0, 2.0, 3.0, 4.0, 5.0]
+N_STEP_V = [10.0, 20.0, 30.0, 40.0, 50.0]
+N_STEP_TERMINATED = [False, True, False, False, False]
+N_STEP_TRUNCATED = [False, False, False, True, False]
+
+
+def test_n_step_hand_derived(jit):
+    columns = [np.asarray(x)[:, None] for x in (N_STEP_R, N_STEP_TERMINATED, N_STEP_TRUNCATED)]
+    rewards, discount, index = maybe_jit(lambda *a: n_step_rewards(*a, 3, 0.5), jit)(*columns)
+    # t0: steps 0, 1 (terminated at 1): 1 + 0.5 * 2 = 2, no bootstrap.
+    # t1: step 1 (terminated): 2, no bootstrap.
+    # t2: steps 2, 3 (truncated at 3): 3 + 0.5 * 4 = 5, bootstrap 0.25 * v_t[3].
+    # t3: step 3 (truncated): 4, bootstrap 0.5 * v_t[3].
+    # t4: step 4 (rollout end): 5, bootstrap 0.5 * v_t[4].
+    np.testing.assert_allclose(rewards[:, 0], [2.0, 2.0, 5.0, 4.0, 5.0])
+    np.testing.assert_allclose(discount[:, 0], [0.0, 0.0, 0.25, 0.5, 0.5])
+    np.testing.assert_array_equal(index[:, 0], [1, 1, 3, 3, 4])
+    returns = maybe_jit(lambda r, v, te, tr: n_step_returns(r, v, te, tr, 3, 0.5), jit)(
+        columns[0], np.asarray(N_STEP_V)[:, None], columns[1], columns[2]
+    )
+    # 2, 2, 5 + 0.25 * 40, 4 + 0.5 * 40, 5 + 0.5 * 50.
+    np.testing.assert_allclose(returns[:, 0], [2.0, 2.0, 15.0, 24.0, 30.0])
+
+
+def test_n_step_without_episode_ends_hand_derived(jit):
+    # r = 1 everywhere, v_t = [2, 4, 6, 8, 10], n = 3, gamma = 0.5:
+    # t0..t2: 1 + 0.5 + 0.25 = 1.75 plus 0.125 * v_t[t + 2] = 0.75, 1.0, 1.25;
+    # t3: 1 + 0.5 = 1.5 plus 0.25 * 10; t4: 1 plus 0.5 * 10.
+    no = np.zeros((5, 1), bool)
+    v_t = np.asarray([2.0, 4.0, 6.0, 8.0, 10.0])[:, None]
+    returns = maybe_jit(lambda v: n_step_returns(np.ones((5, 1)), v, no, no, 3, 0.5), jit)(v_t)
+    np.testing.assert_allclose(returns[:, 0], [2.5, 2.75, 3.0, 4.0, 6.0])
+
+
+def n_step_loop(r_t, v_t, terminated, truncated, n, gamma):
+    """n-step returns by a Python loop, in float64."""
+    horizon, batch = r_t.shape
+    returns = np.zeros_like(r_t)
+    for b in range(batch):
+        for t in range(horizon):
+            total, discount = 0.0, 1.0
+            for k in range(t, min(t + n, horizon)):
+                total += discount * r_t[k, b]
+                discount *= gamma
+                if terminated[k, b]:
+                    break
+                if truncated[k, b] or k == min(t + n, horizon) - 1:
+                    total += discount * v_t[k, b]
+                    break
+            returns[t, b] = total
+    return returns
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_n_step_returns_match_a_loop(jit, n):
+    r_t, _, v_t, terminated, truncated = random_rollout(seed=3, horizon=7)
+    fn = maybe_jit(lambda *a: n_step_returns(*a, n, 0.9), jit)
+    returns = fn(r_t, v_t, terminated, truncated)
+    expected = n_step_loop(r_t, v_t, terminated, truncated, n, 0.9)
+    np.testing.assert_allclose(returns, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_one_step_returns_equal_gae_lambda_zero_targets(jit):
+    r_t, v_tm1, v_t, terminated, truncated = random_rollout(seed=4)
+    one_step = maybe_jit(lambda *a: n_step_returns(*a, 1, 0.9), jit)(
+        r_t, v_t, terminated, truncated
+    )
+    _, targets = gae(r_t, v_tm1, v_t, terminated, truncated, 0.9, 0.0)
+    np.testing.assert_allclose(one_step, targets, rtol=1e-5, atol=1e-6)
+
+
+def test_n_step_validation():
+    ones = np.ones((3, 2))
+    with pytest.raises(ValueError, match="n must be a positive int; got 0"):
+        n_step_rewards(ones, ones, ones, 0, 0.9)
+    with pytest.raises(ValueError, match="n must be a positive int; got 2.0"):
+        n_step_rewards(ones, ones, ones, 2.0, 0.9)
+    with pytest.raises(ValueError, match=r"n_step_returns: every input.*'v_t': \(2, 3\)"):
+        n_step_returns(ones, np.ones((2, 3)), ones, ones, 2, 0.9)
+    with pytest.raises(ValueError, match="gamma must lie in"):
+        n_step_returns(ones, ones, ones, ones, 2, -0.1)
