@@ -49,6 +49,10 @@ def normalize_batch(batch: Any, module_ids: tuple[str, ...]) -> dict[str, Batch]
     return dict(batch)
 
 
+def _dtype(x: Any) -> np.dtype:
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.result_type(x)
+
+
 def _canonical_dtype(dtype: Any) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
@@ -75,9 +79,9 @@ def batch_layout(module_id: str, batch: Batch) -> Layout:
         raise ValueError(f"Module {module_id!r}: the batch has no arrays.")
     batch_size(module_id, batch)
     for path, leaf in leaves:
-        _check_not_float64(module_id, jax.tree_util.keystr(path), np.result_type(leaf))
+        _check_not_float64(module_id, jax.tree_util.keystr(path), _dtype(leaf))
     return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], _canonical_dtype(np.result_type(x))),
+        lambda x: jax.ShapeDtypeStruct(np.shape(x)[1:], _canonical_dtype(_dtype(x))),
         batch,
     )
 
@@ -131,7 +135,7 @@ def validate_batch(module_id: str, batch: Batch, layout: Layout) -> int:
     size = batch_size(module_id, batch)
     for path, spec in expected.items():
         leaf = received[path]
-        shape, dtype = np.shape(leaf), np.result_type(leaf)
+        shape, dtype = np.shape(leaf), _dtype(leaf)
         _check_not_float64(module_id, path, dtype)
         if tuple(shape[1:]) != tuple(spec.shape):
             raise ValueError(

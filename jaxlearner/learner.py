@@ -220,14 +220,16 @@ class Learner:
             constrain_minibatch=constrain_minibatch,
         )
 
-    def init(self, key: jax.Array, sample_batch: Batch) -> LearnerState:
+    def init(self, key: jax.Array, sample_batch: Batch | None = None) -> LearnerState:
         """Initialises every module and records each module's batch layout.
 
         Args:
           key: a PRNG key (``jax.random.key(seed)``).
           sample_batch: a batch for every module (``{module_id: batch}``, or a
             plain batch for a single-module learner) with the shapes and
-            dtypes later batches will have, leading axis ``[B, ...]``.
+            dtypes later batches will have, leading axis ``[B, ...]``. May be
+            left out when the learner knows its layout (built-in algorithms
+            pass it): a one-row batch of zeros is used.
 
         Returns:
           The initial :class:`~jaxlearner.LearnerState`.
@@ -241,6 +243,12 @@ class Learner:
           >>> state = learner.init(jax.random.key(0), sample_batch)  # doctest: +SKIP
         """
         key = _typed_key(key)
+        if sample_batch is None:
+            if self._layout is None:
+                raise ValueError(
+                    "init needs a sample batch: this learner does not know its batch layout."
+                )
+            sample_batch = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
         batch = normalize_batch(sample_batch, self.module_ids)
         missing = [m for m in self._specs if m not in batch]
         if missing:
@@ -439,7 +447,7 @@ class Learner:
         specs = {**self._specs, module_id: spec}
         joint = self._options["loss"]
         if params is None and spec.init_input is None and joint is not None:
-            sample = {m: _zeros_like_layout(self._layout[m]) for m in self._specs}
+            sample = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
             sample[module_id] = sample_batch
             inputs = find_init_inputs(specs, sample, key, joint)
         else:
@@ -584,5 +592,6 @@ def _env_steps(
     return {m: np.int32(v) for m, v in values.items()}
 
 
-def _zeros_like_layout(layout: Layout) -> Batch:
-    return jax.tree.map(lambda s: np.zeros((1, *s.shape), s.dtype), layout)
+def zeros_like_layout(layout: Layout, rows: int = 1) -> Batch:
+    """A batch of zeros with ``layout``'s structure, trailing shapes and dtypes."""
+    return jax.tree.map(lambda s: np.zeros((rows, *s.shape), s.dtype), layout)

@@ -1,0 +1,81 @@
+"""Built-in algorithms: PPO (more to come), each a recipe around the generic Learner.
+
+Each algorithm is a typed config plus a ``build(observation_space,
+action_space, config) -> Algorithm`` function; the shorthand
+``jl.algorithms.ppo(...)`` returns just the :class:`~jaxlearner.Learner`.
+A built-in learner carries a JSON recipe, so :func:`algorithm_for` can
+recover its act and postprocess functions, and a checkpoint can rebuild it.
+
+Example:
+  >>> import gymnasium as gym, jax, jaxlearner as jl
+  >>> env = gym.make("CartPole-v1")
+  >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space)
+  >>> algorithm = jl.algorithms.algorithm_for(learner)
+  >>> algorithm.name
+  'ppo'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+
+from jaxlearner.algorithms import ppo as _ppo
+from jaxlearner.algorithms.algorithm import Algorithm
+from jaxlearner.algorithms.config import config_from_json
+from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
+from jaxlearner.learner import Learner
+from jaxlearner.spaces import space_from_json
+
+BUILDERS: dict[str, Callable[..., Algorithm]] = {"ppo": _ppo.build}
+CONFIGS: dict[str, type] = {"ppo": PPOConfig}
+
+
+def build(
+    name: str,
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: Any = None,
+) -> Algorithm:
+    """The built-in algorithm ``name`` for two spaces.
+
+    Raises:
+      ValueError: for an unknown name (the valid ones are listed).
+    """
+    if name not in BUILDERS:
+        raise ValueError(f"Unknown algorithm {name!r}; built-in algorithms: {sorted(BUILDERS)}.")
+    return BUILDERS[name](observation_space, action_space, config)
+
+
+def algorithm_for(learner: Learner) -> Algorithm:
+    """The :class:`Algorithm` of a built-in learner, around that same learner.
+
+    Raises:
+      ValueError: when the learner was not built by a built-in algorithm.
+    """
+    recipe = learner.recipe
+    if not recipe or recipe.get("algorithm") not in BUILDERS:
+        raise ValueError(
+            "This learner has no built-in algorithm recipe; pass the Algorithm explicitly "
+            f"(built-in algorithms: {sorted(BUILDERS)})."
+        )
+    name = recipe["algorithm"]
+    algorithm = build(
+        name,
+        space_from_json(recipe["observation_space"]),
+        space_from_json(recipe["action_space"]),
+        config_from_json(CONFIGS[name], recipe["config"]),
+    )
+    return algorithm.with_learner(learner)
+
+
+__all__ = [
+    "Algorithm",
+    "PPOConfig",
+    "algorithm_for",
+    "build",
+    "ppo",
+    "ppo_loss",
+]

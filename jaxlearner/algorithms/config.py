@@ -1,0 +1,127 @@
+"""Helpers shared by the algorithms' typed configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from jaxlearner.schedules import as_schedule
+
+ConfigT = TypeVar("ConfigT")
+
+
+def make_config(cls: type[ConfigT], config: ConfigT | Mapping[str, Any] | None) -> ConfigT:
+    """``cls()`` for ``None``, the config itself, or ``cls(**mapping)`` with unknown keys refused.
+
+    Raises:
+      ValueError: on a key that is not a field, listing the valid names.
+      TypeError: on anything else than ``None``, a ``cls`` or a mapping.
+    """
+    if config is None:
+        return cls()
+    if isinstance(config, cls):
+        return config
+    if isinstance(config, Mapping):
+        valid = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(config) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"Unknown {cls.__name__} field(s) {unknown}; valid names: {sorted(valid)}."
+            )
+        return cls(**config)
+    raise TypeError(
+        f"config must be a {cls.__name__}, a mapping of its fields or None; got "
+        f"{type(config).__name__}."
+    )
+
+
+def config_to_json(config: Any) -> dict[str, Any]:
+    """A config as JSON-serialisable values (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"Config value {value!r} is not JSON-serialisable.")
+
+
+def config_from_json(cls: type[ConfigT], values: Mapping[str, Any]) -> ConfigT:
+    """The config :func:`config_to_json` wrote (lists of numbers become tuples where the
+    default is a tuple)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    converted = {
+        name: tuple(value)
+        if isinstance(defaults.get(name), tuple) and isinstance(value, list)
+        else value
+        for name, value in values.items()
+    }
+    return make_config(cls, converted)
+
+
+def parse_overrides(cls: type[ConfigT], items: Sequence[str]) -> dict[str, Any]:
+    """``["lr=1e-3", "hidden_sizes=[64,64]"]`` -> ``{"lr": 0.001, "hidden_sizes": (64, 64)}``.
+
+    Values are parsed as JSON (numbers, lists, booleans, ``null``), falling
+    back to the plain string.
+
+    Raises:
+      ValueError: for an item without ``=`` or an unknown key (valid names listed).
+    """
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"Config overrides look like key=value; got {item!r}.")
+        if key not in fields:
+            raise ValueError(
+                f"Unknown {cls.__name__} field {key!r}; valid names: {sorted(fields)}."
+            )
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if isinstance(fields[key].default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        overrides[key] = value
+    return overrides
+
+
+def check_positive(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is a positive finite number."""
+    for name, value in values.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ValueError(f"{owner}.{name} must be a positive number; got {value!r}.")
+
+
+def check_positive_int(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is a positive int."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{owner}.{name} must be a positive int; got {value!r}.")
+
+
+def check_fraction(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is a number in ``[0, 1]``."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ValueError(f"{owner}.{name} must be a number in [0, 1]; got {value!r}.")
+
+
+def check_schedule(owner: str, **values: Any) -> None:
+    """Raises for values that are no constant, optax schedule or piecewise list."""
+    for name, value in values.items():
+        try:
+            as_schedule(value, f"{owner}.{name}")
+        except (TypeError, ValueError) as error:
+            raise type(error)(str(error)) from None

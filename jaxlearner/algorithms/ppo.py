@@ -1,0 +1,346 @@
+"""PPO with RLlib's semantics: clipped surrogate, clipped value loss, adaptive KL penalty.
+
+Schulman et al. 2017, https://arxiv.org/abs/1707.06347. Field names and
+defaults follow RLlib's ``PPOConfig`` (new API stack):
+
+==========================  ==============  =====================================================
+field                       default         meaning (RLlib's name where it differs)
+==========================  ==============  =====================================================
+``lr``                      5e-5            Adam learning rate; constant or piecewise schedule
+``gamma``                   0.99            discount
+``lambda_``                 1.0             GAE lambda
+``clip_param``              0.3             surrogate clip ``epsilon`` (schedulable)
+``vf_clip_param``           10.0            the *squared* value error is clipped at this
+``vf_loss_coeff``           1.0             value loss weight
+``entropy_coeff``           0.0             entropy bonus (schedulable)
+``use_kl_loss``             True            add ``kl_coeff * KL(old || new)``
+``kl_coeff``                0.2             initial KL coefficient, adapted after each update
+``kl_target``               0.01            x1.5 above 2x target, x0.5 below 0.5x target
+``grad_clip``               None            clip threshold (``grad_clip_by``: global_norm)
+``train_batch_size``        4000            env steps per training iteration
+``minibatch_size``          128
+``num_epochs``              30
+``shuffle``                 True            ``shuffle_batch_per_epoch``
+``normalize_advantages``    True            standardize over the train batch (RLlib's GAE
+                                            connector does this always)
+``vf_share_layers``         False           one encoder for policy and value
+``hidden_sizes``            (256, 256)      ``fcnet_hiddens``
+``activation``              "tanh"          ``fcnet_activation``
+==========================  ==============  =====================================================
+
+As in RLlib, ``total = mean(-surrogate + vf_loss_coeff * min((V - V_target)^2,
+vf_clip_param) - entropy_coeff * entropy) + kl_coeff * mean(KL)``. GAE
+bootstraps on truncation (on the value of the final observation) and not on
+termination.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlearner.additional_updates import adaptive_kl_coeff
+from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.config import (
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_schedule,
+    config_to_json,
+    make_config,
+)
+from jaxlearner.context import LossContext
+from jaxlearner.distributions import DistributionSpec, make_distribution
+from jaxlearner.learner import Learner
+from jaxlearner.models import actor_critic, distribution_for
+from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.returns import gae
+from jaxlearner.schedules import ScheduleLike
+from jaxlearner.spaces import bounds, space_to_json, zero_observation
+from jaxlearner.state import ModuleState
+from jaxlearner.types import Batch, Params
+
+MODULE_ID = "default_policy"
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """PPO's configuration; see the module docstring for each field and RLlib's default."""
+
+    lr: ScheduleLike = 5e-5
+    gamma: float = 0.99
+    lambda_: float = 1.0
+    clip_param: ScheduleLike = 0.3
+    vf_clip_param: float = 10.0
+    vf_loss_coeff: float = 1.0
+    entropy_coeff: ScheduleLike = 0.0
+    use_kl_loss: bool = True
+    kl_coeff: float = 0.2
+    kl_target: float = 0.01
+    grad_clip: float | None = None
+    grad_clip_by: str = "global_norm"
+    train_batch_size: int = 4000
+    minibatch_size: int = 128
+    num_epochs: int = 30
+    shuffle: bool = True
+    normalize_advantages: bool = True
+    vf_share_layers: bool = False
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_fraction("PPOConfig", gamma=self.gamma, lambda_=self.lambda_)
+        check_schedule(
+            "PPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
+        )
+        check_positive("PPOConfig", vf_clip_param=self.vf_clip_param, kl_target=self.kl_target)
+        check_positive_int(
+            "PPOConfig",
+            train_batch_size=self.train_batch_size,
+            minibatch_size=self.minibatch_size,
+            num_epochs=self.num_epochs,
+        )
+        if self.minibatch_size > self.train_batch_size:
+            raise ValueError(
+                f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
+                f"({self.train_batch_size})."
+            )
+        if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
+            raise ValueError("PPOConfig.kl_coeff and vf_loss_coeff must be >= 0.")
+        if self.grad_clip_by not in CLIP_MODES:
+            raise ValueError(
+                f"PPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
+            )
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+
+
+def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+    """PPO's loss for a policy with ``distribution``; ``loss(params, batch, ctx)``.
+
+    The batch holds ``[B]`` rows of ``obs``, ``actions``, ``logp`` (behaviour
+    log-probabilities), ``dist_inputs`` (behaviour distribution inputs),
+    ``advantages``, ``value_targets`` and ``mask`` (1 for rows to train on).
+    Hyperparameters come from ``ctx.hyperparams`` (``clip_param``,
+    ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``) and the KL
+    coefficient from ``ctx.extra["kl_coeff"]``.
+
+    Returns:
+      A loss returning ``(total, metrics)`` with ``policy_loss``,
+      ``vf_loss``, ``vf_loss_unclipped``, ``entropy``, ``mean_kl``,
+      ``clip_fraction`` and ``vf_explained_var``.
+    """
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        dist_inputs, values = ctx.apply(params, batch["obs"])
+        policy = make_distribution(distribution, dist_inputs)
+        behaviour = make_distribution(distribution, batch["dist_inputs"])
+        mask = batch["mask"]
+        count = jnp.maximum(mask.sum(), 1.0)
+        mean = lambda x: (x * mask).sum() / count
+        hp = ctx.hyperparams
+        ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
+        advantages = batch["advantages"]
+        clip = hp["clip_param"]
+        surrogate = jnp.minimum(
+            ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
+        )
+        vf_error = (values - batch["value_targets"]) ** 2
+        vf_loss = jnp.minimum(vf_error, hp["vf_clip_param"])
+        entropy = policy.entropy()
+        kl = behaviour.kl(policy)
+        total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
+        if use_kl_loss:
+            total = total + ctx.extra["kl_coeff"] * mean(kl)
+        targets = batch["value_targets"]
+        target_var = mean((targets - mean(targets)) ** 2)
+        explained = 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
+        return total, {
+            "policy_loss": -mean(surrogate),
+            "vf_loss": mean(vf_loss),
+            "vf_loss_unclipped": mean(vf_error),
+            "entropy": mean(entropy),
+            "mean_kl": mean(kl),
+            "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
+            "vf_explained_var": explained,
+        }
+
+    return loss
+
+
+def build(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: PPOConfig | dict[str, Any] | None = None,
+) -> Algorithm:
+    """PPO's :class:`~jaxlearner.algorithms.Algorithm` (learner, act and postprocess functions).
+
+    Args:
+      observation_space: one environment's observation space.
+      action_space: one environment's action space (``Discrete``,
+        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
+      config: a :class:`PPOConfig`, a dict of its fields, or ``None``.
+
+    Raises:
+      ValueError: on unknown config fields (valid names listed) or invalid values.
+      TypeError: on unsupported spaces.
+
+    Example:
+      >>> algorithm = jl.algorithms.build(
+      ...     "ppo", env.observation_space, env.action_space)  # doctest: +SKIP
+    """
+    config = make_config(PPOConfig, config)
+    model = actor_critic(
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        share_encoder=config.vf_share_layers,
+        log_std_init=config.log_std_init,
+    )
+    distribution = distribution_for(action_space)
+    optimizer = Optimizer(
+        optax.adam,
+        learning_rate=config.lr,
+        grad_clip=config.grad_clip,
+        grad_clip_by=config.grad_clip_by,
+    )
+    spec = ModuleSpec(
+        model,
+        ppo_loss(distribution, config.use_kl_loss),
+        optimizer,
+        hyperparams={
+            "clip_param": config.clip_param,
+            "vf_clip_param": config.vf_clip_param,
+            "vf_loss_coeff": config.vf_loss_coeff,
+            "entropy_coeff": config.entropy_coeff,
+        },
+        additional_updates=[adaptive_kl_coeff(config.kl_coeff, config.kl_target)],
+        init_input=lambda batch: batch["obs"],
+        metric_reductions={"mean_kl": "mean"},
+    )
+    layout = _batch_layout(observation_space, distribution)
+    learner = Learner(
+        {MODULE_ID: spec},
+        minibatch_size=config.minibatch_size,
+        num_epochs=config.num_epochs,
+        shuffle=config.shuffle,
+        batch_layout={MODULE_ID: layout},
+        recipe={
+            "algorithm": "ppo",
+            "config": config_to_json(config),
+            "observation_space": space_to_json(observation_space),
+            "action_space": space_to_json(action_space),
+        },
+    )
+    box = bounds(action_space)
+
+    def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
+        dist_inputs, values = model.apply(module.params, obs)
+        policy = make_distribution(distribution, dist_inputs)
+        actions = policy.mode() if deterministic else policy.sample(key)
+        env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
+        return env_actions, {
+            "actions": actions,
+            "logp": policy.log_prob(actions),
+            "vf_preds": values,
+            "dist_inputs": dist_inputs,
+        }
+
+    def postprocess(module: ModuleState, experience: Experience) -> Batch:
+        rewards = experience["rewards"]
+        steps, envs = rewards.shape
+        next_obs = experience["next_obs"]
+        flat_next = next_obs.reshape(steps * envs, *next_obs.shape[2:])
+        next_values = model.apply(module.params, flat_next)[1].reshape(steps, envs)
+        advantages, targets = gae(
+            rewards,
+            experience["vf_preds"],
+            next_values,
+            experience["terminated"],
+            experience["truncated"],
+            config.gamma,
+            config.lambda_,
+        )
+        mask = experience["valid"].astype(jnp.float32)
+        if config.normalize_advantages:
+            count = jnp.maximum(mask.sum(), 1.0)
+            mean = (advantages * mask).sum() / count
+            std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)
+            advantages = (advantages - mean) / jnp.maximum(std, 1e-4)
+        batch = {
+            "obs": experience["obs"],
+            "actions": experience["actions"],
+            "logp": experience["logp"],
+            "dist_inputs": experience["dist_inputs"],
+            "advantages": advantages,
+            "value_targets": targets,
+            "mask": mask,
+        }
+        return jax.tree.map(lambda x: x.reshape(steps * envs, *x.shape[2:]), batch)
+
+    def rollout_steps(num_envs: int) -> int:
+        if config.train_batch_size % num_envs:
+            raise ValueError(
+                f"PPO's train_batch_size {config.train_batch_size} does not split over "
+                f"{num_envs} environments; use a multiple of num_envs."
+            )
+        return config.train_batch_size // num_envs
+
+    return Algorithm(
+        name="ppo",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=lambda module, obs, key: act(module, obs, key, False),
+        exploit=lambda module, obs, key: act(module, obs, key, True),
+        on_policy=True,
+        postprocess=postprocess,
+        rollout_steps=rollout_steps,
+    )
+
+
+def ppo(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: PPOConfig | dict[str, Any] | None = None,
+) -> Learner:
+    """A PPO :class:`~jaxlearner.Learner` for the two spaces.
+
+    The learner has one module, ``"default_policy"``, and knows its batch
+    layout, so ``learner.init(key)`` needs no sample batch.
+
+    Example:
+      >>> import gymnasium as gym, jax, jaxlearner as jl
+      >>> env = gym.make("CartPole-v1")
+      >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space, {"lr": 3e-4})
+      >>> state = learner.init(jax.random.key(0))
+    """
+    return build(observation_space, action_space, config).learner
+
+
+def _batch_layout(observation_space: gymnasium.Space, distribution: DistributionSpec) -> dict:
+    obs = zero_observation(observation_space)
+    actions = np.zeros(
+        distribution.action_shape, np.int32 if distribution.is_discrete else np.float32
+    )
+    row = np.zeros((), np.float32)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        {
+            "obs": obs,
+            "actions": actions,
+            "logp": row,
+            "dist_inputs": np.zeros((distribution.num_inputs,), np.float32),
+            "advantages": row,
+            "value_targets": row,
+            "mask": row,
+        },
+    )
