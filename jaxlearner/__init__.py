@@ -13,12 +13,18 @@ Example:
   >>> state, metrics = learner.update(state, batch)                    # doctest: +SKIP
 """
 
-from jaxlearner import distributed
+from jaxlearner import algorithms, distributed, loggers, replay_buffer
 from jaxlearner.additional_updates import (
     AdditionalUpdate,
     adaptive_kl_coeff,
     periodic_copy,
     polyak_update,
+)
+from jaxlearner.checkpoint import (
+    CheckpointCorruptedError,
+    CheckpointManager,
+    CheckpointOptions,
+    restore,
 )
 from jaxlearner.context import LossContext
 from jaxlearner.group import LearnerGroup
@@ -26,6 +32,7 @@ from jaxlearner.learner import Learner
 from jaxlearner.metrics import ALL_MODULES
 from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.optimizer import DEFAULT_OPTIMIZER, Optimizer
+from jaxlearner.registry import learner_from_recipe, register_recipe, registered_recipes
 from jaxlearner.schedules import Schedule, piecewise_schedule
 from jaxlearner.state import LearnerState, ModuleState
 from jaxlearner.stop_conditions import (
@@ -40,6 +47,7 @@ from jaxlearner.stop_conditions import (
     StopsDecreasing,
     StopsIncreasing,
 )
+from jaxlearner.trainer import Trainer
 from jaxlearner.update import UpdateConfig, make_update
 
 __version__ = "0.1.0"
@@ -50,6 +58,9 @@ __all__ = [
     "AdditionalUpdate",
     "All",
     "Any",
+    "CheckpointCorruptedError",
+    "CheckpointManager",
+    "CheckpointOptions",
     "Learner",
     "LearnerGroup",
     "LearnerState",
@@ -66,12 +77,20 @@ __all__ = [
     "StopCondition",
     "StopsDecreasing",
     "StopsIncreasing",
+    "Trainer",
     "UpdateConfig",
     "__version__",
     "adaptive_kl_coeff",
+    "algorithms",
     "distributed",
+    "learner_from_recipe",
+    "loggers",
     "make_update",
     "periodic_copy",
     "piecewise_schedule",
     "polyak_update",
+    "register_recipe",
+    "registered_recipes",
+    "replay_buffer",
+    "restore",
 ]

@@ -302,6 +302,111 @@ class EnvRunner:
         """Closes the environments."""
         self._envs.close()
 
+    def get_state(self) -> dict[str, Any]:
+        """The runner's state as JSON: its observations, episode counters and the envs'.
+
+        With a ``SyncVectorEnv`` the sub-environments' plain attributes are
+        captured too (numbers, arrays, strings and numpy random generators of
+        every wrapper and of the base env), which is their whole state for
+        environments such as gymnasium's classic control and toy text ones, so
+        :meth:`set_state` continues exactly where this runner was. Environments
+        whose state lives elsewhere (a physics engine's memory, other
+        processes with ``"async"``) are not captured; ``env_state_exact``
+        says which case applies.
+        """
+        envs = getattr(self._envs, "envs", None)
+        exact = isinstance(self._envs, gym.vector.SyncVectorEnv) and envs is not None
+        return {
+            "obs": _encode(self._obs),
+            "resetting": _encode(self._resetting),
+            "returns": _encode(self._returns),
+            "lengths": _encode(self._lengths),
+            "env_state_exact": exact,
+            "envs": [[_attributes(layer) for layer in _layers(env)] for env in envs]
+            if exact
+            else None,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_state` captured.
+
+        Raises:
+          ValueError: when the number of sub-environments or their wrapper
+            layers differ from the captured ones.
+        """
+        obs = _decode(state["obs"])
+        if obs.shape[0] != self.num_envs:
+            raise ValueError(
+                f"The saved runner had {obs.shape[0]} environments; this one has {self.num_envs}."
+            )
+        self._obs = obs
+        self._resetting = _decode(state["resetting"])
+        self._returns = _decode(state["returns"])
+        self._lengths = _decode(state["lengths"])
+        saved_envs = state.get("envs")
+        envs = getattr(self._envs, "envs", None)
+        if not saved_envs or envs is None:
+            return
+        for env, saved_layers in zip(envs, saved_envs, strict=True):
+            layers = _layers(env)
+            if len(layers) != len(saved_layers):
+                raise ValueError(
+                    f"The saved environment had {len(saved_layers)} wrapper layers; this one has "
+                    f"{len(layers)} ({[type(layer).__name__ for layer in layers]})."
+                )
+            for layer, attributes in zip(layers, saved_layers, strict=True):
+                _set_attributes(layer, attributes)
+
+
+def _layers(env: gym.Env) -> list[Any]:
+    """An env's wrappers, outermost first, then the base env."""
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    """``obj``'s attributes that are plain data, JSON-encoded."""
+    captured = {}
+    for name, value in vars(obj).items():
+        if isinstance(value, np.random.Generator):
+            captured[name] = {"__generator__": value.bit_generator.state}
+        elif value is None or isinstance(value, bool | int | float | str):
+            captured[name] = {"__value__": value}
+        elif isinstance(value, np.ndarray | np.number | np.bool_) and value.dtype != object:
+            captured[name] = _encode(value)
+    return captured
+
+
+def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
+    for name, encoded in attributes.items():
+        if "__generator__" in encoded:
+            current = vars(obj).get(name)
+            if not isinstance(current, np.random.Generator):
+                current = np.random.Generator(np.random.PCG64())
+                setattr(obj, name, current)
+            current.bit_generator.state = encoded["__generator__"]
+        elif "__value__" in encoded:
+            setattr(obj, name, encoded["__value__"])
+        else:
+            value = _decode(encoded)
+            setattr(obj, name, value[()] if encoded.get("scalar") else value)
+
+
+def _encode(array: Any) -> dict[str, Any]:
+    array = np.asarray(array)
+    return {
+        "__array__": array.ravel().tolist(),
+        "dtype": str(array.dtype),
+        "shape": list(array.shape),
+        "scalar": array.ndim == 0,
+    }
+
+
+def _decode(encoded: dict[str, Any]) -> np.ndarray:
+    return np.asarray(encoded["__array__"], encoded["dtype"]).reshape(encoded["shape"])
+
 
 def _as_obs(obs: Any) -> np.ndarray:
     """Observations as a numpy array, float64 narrowed to float32 (JAX's default)."""

@@ -36,6 +36,7 @@ from jaxlearner.learner import Learner
 from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.state import LearnerState
 from jaxlearner.types import Batch, Params
+from jaxlearner.update import UpdateFn
 
 DATA_AXIS = "data"
 
@@ -86,19 +87,28 @@ class LearnerGroup:
         self._mesh = mesh
         self._state_sharding = NamedSharding(mesh, P())
         self._batch_sharding = NamedSharding(mesh, P(DATA_AXIS))
-        blocks_sharding = NamedSharding(mesh, P(None, DATA_AXIS))
+        self._update = jax.jit(
+            self.build_update(),
+            in_shardings=(self._state_sharding, self._batch_sharding, self._state_sharding),
+            out_shardings=(self._state_sharding, self._state_sharding),
+            donate_argnums=(0,) if learner.options["donate_state"] else (),
+        )
+
+    def build_update(self) -> UpdateFn:
+        """The learner's pure update with each minibatch split over the ``"data"`` axis.
+
+        For composing into a larger jitted function (e.g. a replay sample and
+        an update); :meth:`update` is this function under ``jax.jit`` with the
+        state replicated and the batch sharded.
+        """
+        blocks_sharding = NamedSharding(self._mesh, P(None, DATA_AXIS))
 
         def constrain(blocks: Batch) -> Batch:
             return jax.tree.map(
                 lambda x: jax.lax.with_sharding_constraint(x, blocks_sharding), blocks
             )
 
-        self._update = jax.jit(
-            learner.build_update(constrain_minibatch=constrain),
-            in_shardings=(self._state_sharding, self._batch_sharding, self._state_sharding),
-            out_shardings=(self._state_sharding, self._state_sharding),
-            donate_argnums=(0,) if learner.options["donate_state"] else (),
-        )
+        return self._learner.build_update(constrain_minibatch=constrain)
 
     @property
     def learner(self) -> Learner:

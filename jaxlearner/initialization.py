@@ -186,7 +186,9 @@ def initial_extra(spec: ModuleSpec, params: Params) -> dict[str, PyTree]:
             extra.update(update.init_extra(params))
     if spec.init_extra is not None:
         extra.update(spec.init_extra(params))
-    return jax.tree.map(jnp.asarray, extra)
+    # Strongly typed, so a Python float in the extra state is not a weak scalar whose
+    # type could change (and recompile the update) after a checkpoint round trip.
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), extra)
 
 
 def init_module_state(

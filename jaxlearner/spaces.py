@@ -28,8 +28,8 @@ def space_to_json(space: gymnasium.Space) -> dict[str, Any]:
     if isinstance(space, spaces.Box):
         return {
             "type": "Box",
-            "low": np.asarray(space.low).tolist(),
-            "high": np.asarray(space.high).tolist(),
+            "low": _bounds_to_json(space.low),
+            "high": _bounds_to_json(space.high),
             "shape": list(space.shape),
             "dtype": str(space.dtype),
         }
@@ -45,6 +45,13 @@ def space_to_json(space: gymnasium.Space) -> dict[str, Any]:
     if isinstance(space, spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
     raise TypeError(f"Cannot describe {space!r} as JSON; supported spaces: {SUPPORTED}.")
+
+
+def _bounds_to_json(values: np.ndarray) -> list[Any]:
+    """Bounds as JSON: infinite ones as the strings ``"inf"``/``"-inf"`` (JSON has no inf)."""
+    flat = np.asarray(values, np.float64)
+    encoded = [float(x) if np.isfinite(x) else str(float(x)) for x in flat.ravel()]
+    return np.asarray(encoded, object).reshape(flat.shape).tolist()
 
 
 def space_from_json(description: dict[str, Any]) -> gymnasium.Space:

@@ -27,6 +27,7 @@ from jaxlearner.algorithms.algorithm import Algorithm
 from jaxlearner.algorithms.config import config_from_json
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.learner import Learner
+from jaxlearner.registry import register_recipe
 from jaxlearner.spaces import space_from_json
 
 BUILDERS: dict[str, Callable[..., Algorithm]] = {"ppo": _ppo.build}
@@ -49,6 +50,26 @@ def build(
     return BUILDERS[name](observation_space, action_space, config)
 
 
+def from_recipe(recipe: dict[str, Any]) -> Algorithm:
+    """The built-in algorithm a learner's JSON recipe describes (a fresh learner inside).
+
+    Raises:
+      ValueError: when the recipe names no built-in algorithm.
+    """
+    name = recipe.get("algorithm")
+    if name not in BUILDERS:
+        raise ValueError(
+            f"The recipe names algorithm {name!r}, which is not built in; built-in algorithms: "
+            f"{sorted(BUILDERS)}."
+        )
+    return build(
+        name,
+        space_from_json(recipe["observation_space"]),
+        space_from_json(recipe["action_space"]),
+        config_from_json(CONFIGS[name], recipe["config"]),
+    )
+
+
 def algorithm_for(learner: Learner) -> Algorithm:
     """The :class:`Algorithm` of a built-in learner, around that same learner.
 
@@ -61,14 +82,11 @@ def algorithm_for(learner: Learner) -> Algorithm:
             "This learner has no built-in algorithm recipe; pass the Algorithm explicitly "
             f"(built-in algorithms: {sorted(BUILDERS)})."
         )
-    name = recipe["algorithm"]
-    algorithm = build(
-        name,
-        space_from_json(recipe["observation_space"]),
-        space_from_json(recipe["action_space"]),
-        config_from_json(CONFIGS[name], recipe["config"]),
-    )
-    return algorithm.with_learner(learner)
+    return from_recipe(recipe).with_learner(learner)
+
+
+for _name in BUILDERS:
+    register_recipe(_name, lambda recipe: from_recipe(recipe).learner, replace=True)
 
 
 __all__ = [
@@ -76,6 +94,7 @@ __all__ = [
     "PPOConfig",
     "algorithm_for",
     "build",
+    "from_recipe",
     "ppo",
     "ppo_loss",
 ]

@@ -1,0 +1,128 @@
+"""Recipes: rebuilding a learner from the JSON description saved in its checkpoints.
+
+A built-in algorithm builds its learner with ``Learner(..., recipe={"algorithm":
+name, ...})``, a JSON-serialisable description of everything needed to build it
+again (hyperparameters, layer sizes, ...; no functions). The checkpoint module
+saves that description beside the arrays, and :func:`jaxlearner.restore`
+rebuilds the learner through the builder registered under ``name`` before it
+restores the state, so a checkpoint can be evaluated without the training
+script.
+
+Builders are plain functions ``recipe -> Learner`` registered once, usually
+when the algorithm's module is imported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+
+from jaxlearner.errors import ReadableKeyError
+from jaxlearner.learner import Learner
+
+RecipeBuilder: TypeAlias = Callable[[dict[str, Any]], Learner]
+"""``builder(recipe) -> Learner``; ``recipe`` is the whole dict, ``"algorithm"`` included."""
+
+_BUILDERS: dict[str, RecipeBuilder] = {}
+
+
+def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False) -> None:
+    """Registers the builder that rebuilds learners whose recipe names ``name``.
+
+    Args:
+      name: the algorithm name, as in ``recipe["algorithm"]``.
+      builder: ``builder(recipe) -> jl.Learner``. It gets a fresh copy of the
+        whole recipe and should return a learner carrying the same recipe, so
+        its checkpoints can be restored in turn.
+      replace: allow replacing a builder registered earlier under ``name``.
+
+    Raises:
+      TypeError: when ``name`` is not a non-empty string or ``builder`` is not
+        callable.
+      ValueError: when ``name`` is registered already and ``replace`` is false.
+
+    Example:
+      >>> def build_regression(recipe):
+      ...     spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(recipe["learning_rate"]))
+      ...     return jl.Learner({"policy": spec}, recipe=recipe)
+      >>> jl.register_recipe("regression", build_regression)          # doctest: +SKIP
+      >>> learner = jl.learner_from_recipe({"algorithm": "regression", "learning_rate": 0.1})
+      ... # doctest: +SKIP
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_recipe needs a non-empty string name; got {name!r}.")
+    if not callable(builder):
+        raise TypeError(
+            f"register_recipe({name!r}, builder): builder must be callable recipe -> "
+            f"jl.Learner; got {type(builder).__name__} {builder!r}."
+        )
+    if name in _BUILDERS and not replace:
+        raise ValueError(
+            f"A recipe builder is registered already under {name!r}; pass replace=True to "
+            "replace it."
+        )
+    _BUILDERS[name] = builder
+
+
+def registered_recipes() -> tuple[str, ...]:
+    """The registered algorithm names, sorted.
+
+    Example:
+      >>> "regression" in jl.registered_recipes()                     # doctest: +SKIP
+      True
+    """
+    return tuple(sorted(_BUILDERS))
+
+
+def learner_from_recipe(recipe: Mapping[str, Any]) -> Learner:
+    """Builds a learner from its recipe with the builder registered for its algorithm.
+
+    Args:
+      recipe: ``{"algorithm": name, ...}``, as ``learner.recipe`` returns it
+        (and as checkpoints store it).
+
+    Returns:
+      A new, uninitialised :class:`~jaxlearner.Learner` (restore a state into
+      it, or ``init`` it).
+
+    Raises:
+      TypeError: when ``recipe`` is not a JSON-serialisable mapping with a
+        string ``"algorithm"``, or the builder returns something else than a
+        learner.
+      KeyError: when no builder is registered for the algorithm; the message
+        lists the registered names.
+
+    Example:
+      >>> learner = jl.learner_from_recipe({"algorithm": "regression", "learning_rate": 0.1})
+      ... # doctest: +SKIP
+    """
+    if not isinstance(recipe, Mapping):
+        raise TypeError(
+            f"A recipe is a mapping {{'algorithm': name, ...}}; got {type(recipe).__name__} "
+            f"{recipe!r}."
+        )
+    name = recipe.get("algorithm")
+    if not isinstance(name, str) or not name:
+        raise TypeError(
+            f"A recipe needs a non-empty string 'algorithm' entry naming its builder; got "
+            f"{name!r} in {dict(recipe)!r}."
+        )
+    if name not in _BUILDERS:
+        raise ReadableKeyError(
+            f"No recipe builder is registered for algorithm {name!r}; registered: "
+            f"{list(registered_recipes())}. Import the module that registers it, or call "
+            f"jl.register_recipe({name!r}, builder)."
+        )
+    try:
+        # A JSON round trip gives the builder its own copy, exactly as a checkpoint would.
+        fresh = json.loads(json.dumps(dict(recipe)))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"Recipe {dict(recipe)!r} is not JSON-serialisable: {error}.") from None
+    learner = _BUILDERS[name](fresh)
+    if not isinstance(learner, Learner):
+        raise TypeError(
+            f"The recipe builder for {name!r} returned {type(learner).__name__}; it must "
+            "return a jl.Learner."
+        )
+    return learner

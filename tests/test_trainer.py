@@ -1,0 +1,169 @@
+"""Trainer: step / eval / run, stop conditions, writers, devices, exact resume, PPO learning."""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from helpers import tree_equal
+
+import jaxlearner as jl
+from jaxlearner.loggers import JSONLinesWriter, read_json_lines
+
+CARTPOLE = gym.make("CartPole-v1")
+SMALL = {"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 2, "hidden_sizes": (16,)}
+TIMING = ("env_steps_per_s", "time_this_iter_s", "time_total_s")
+
+
+def small_trainer(seed=7, **kwargs):
+    learner = jl.algorithms.ppo(CARTPOLE.observation_space, CARTPOLE.action_space, SMALL)
+    return jl.Trainer(learner, "CartPole-v1", num_envs=4, seed=seed, **kwargs)
+
+
+def test_step_returns_flat_stats_with_lifetime_counters():
+    trainer = small_trainer()
+    first = trainer.step()
+    second = trainer.step()
+    assert second["iteration"] == 2 and second["env_steps"] == 512
+    assert first["env_steps"] == 256  # 256 = 4 envs x 64 steps per iteration
+    for key in (
+        "episodes",
+        "num_episodes",
+        "episode_return_mean",
+        "episode_len_mean",
+        "default_policy/total_loss",
+        "default_policy/learning_rate/default",
+        "__all__/num_grad_steps",
+        *TIMING,
+    ):
+        assert key in second, key
+    assert all(isinstance(v, float) for v in second.values())
+    assert second["default_policy/num_env_steps_trained"] == 512
+    assert trainer.history == [first, second]
+
+
+def test_eval_reports_returns_and_passes_env_config():
+    trainer = jl.Trainer(
+        jl.algorithms.ppo(
+            gym.make("Pendulum-v1").observation_space, gym.make("Pendulum-v1").action_space, SMALL
+        ),
+        "Pendulum-v1",
+        num_envs=2,
+        eval_episodes=3,
+    )
+    results = trainer.eval(env_config={"max_episode_steps": 20})
+    assert set(results) == {"return_mean", "return_min", "return_max", "length_mean", "episodes"}
+    assert results["length_mean"] == 20 and results["episodes"] == 3
+    assert results["return_min"] <= results["return_mean"] <= results["return_max"] < 0
+    stochastic = trainer.eval(env_config={"max_episode_steps": 20}, deterministic=False)
+    assert stochastic["episodes"] == 3
+
+
+def test_run_stops_on_its_conditions_and_evaluates():
+    trainer = small_trainer()
+    ran = trainer.run([jl.MaxIterations(3)], steps_per_eval=500)
+    assert [s["iteration"] for s in ran] == [1.0, 2.0, 3.0]
+    assert "eval/return_mean" in ran[1] and "eval/return_mean" not in ran[0]  # 512 >= 500
+    more = trainer.run(jl.MaxEnvSteps(1280))
+    assert more[-1]["env_steps"] == 1280 and len(more) == 2
+    # A reward bound any return reaches stops after the first evaluation.
+    bounded = small_trainer().run([jl.RewardBound(1.0)], steps_per_eval=256, max_iterations=10)
+    assert len(bounded) == 1
+    with pytest.raises(ValueError, match="never ends"):
+        trainer.run([])
+
+
+def test_writers_get_every_iteration(tmp_path):
+    writer = JSONLinesWriter(tmp_path / "metrics.jsonl")
+    trainer = small_trainer(writers=[writer])
+    trainer.run([jl.MaxIterations(2)], steps_per_eval=512)
+    trainer.close()
+    records = read_json_lines(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records if "env_steps" in r] == [1, 2]
+    assert any("eval/return_mean" in r for r in records)
+
+
+def test_spaces_must_match_the_learner():
+    pendulum = gym.make("Pendulum-v1")
+    learner = jl.algorithms.ppo(pendulum.observation_space, pendulum.action_space, SMALL)
+    with pytest.raises(ValueError, match="observation_space .* differs from the one the learner"):
+        jl.Trainer(learner, "CartPole-v1")
+    with pytest.raises(ValueError, match="no built-in algorithm recipe"):
+        import flax.linen as nn
+        import optax
+        from helpers import mse_loss
+
+        jl.Trainer(
+            jl.Learner({"m": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))}), "CartPole-v1"
+        )
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight = small_trainer()
+    expected = [straight.step() for _ in range(5)]
+    interrupted = small_trainer()
+    for _ in range(3):
+        interrupted.step()
+    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
+        assert interrupted.save(checkpoint) == 3
+        checkpoint.wait_until_finished()
+    resumed = small_trainer(seed=99)  # a different seed: everything must come from the checkpoint
+    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
+        resumed.restore(checkpoint)
+    assert resumed.counters.iteration == 3 and resumed.counters.env_steps == 768
+    continued = [resumed.step() for _ in range(2)]
+    for want, got in zip(expected[3:], continued, strict=True):
+        assert {k: v for k, v in want.items() if k not in TIMING} == {
+            k: v for k, v in got.items() if k not in TIMING
+        }
+    assert tree_equal(resumed.state.modules, straight.state.modules)
+
+
+def test_restoring_a_plain_learner_checkpoint_into_a_trainer_is_refused(tmp_path):
+    trainer = small_trainer()
+    with jl.CheckpointManager(tmp_path) as checkpoint:
+        checkpoint.save(1, trainer.state, trainer.learner)
+        checkpoint.wait_until_finished()
+        with pytest.raises(ValueError, match="no trainer state"):
+            trainer.restore(checkpoint)
+
+
+def test_training_on_all_devices():
+    trainer = small_trainer(devices="all")
+    assert trainer.group is not None and trainer.group.num_devices == 8
+    stats = trainer.step()
+    single = small_trainer().step()
+    # Same seed and data: the group's update equals the single-device one to float tolerance.
+    np.testing.assert_allclose(
+        stats["default_policy/total_loss"], single["default_policy/total_loss"], rtol=1e-4
+    )
+    with pytest.raises(ValueError, match="devices must be None"):
+        small_trainer(devices="gpus")
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole():
+    config = {
+        "lr": 3e-4,
+        "train_batch_size": 2048,
+        "minibatch_size": 256,
+        "num_epochs": 10,
+        "hidden_sizes": (64, 64),
+        "lambda_": 0.95,
+        "clip_param": 0.2,
+        "use_kl_loss": False,
+        "grad_clip": 0.5,
+    }
+    learner = jl.algorithms.ppo(CARTPOLE.observation_space, CARTPOLE.action_space, config)
+    trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, eval_episodes=10, seed=0)
+    start = time.perf_counter()
+    # Stop above the threshold, so a fresh evaluation lands over it with some margin.
+    history = trainer.run([jl.RewardBound(495.0)], steps_per_eval=10_240, max_iterations=150)
+    seconds = time.perf_counter() - start
+    final = trainer.eval()
+    print(
+        f"PPO CartPole: {trainer.counters.env_steps} env steps, {seconds:.0f} s, "
+        f"eval {final['return_mean']}"
+    )
+    assert history[-1]["eval/return_mean"] >= 495.0
+    assert final["return_mean"] >= 475.0
