@@ -53,19 +53,23 @@ class RewardBound:
     Attributes:
       bound: the value to reach (``>=``).
       key: the metric; ``"eval/return_mean"`` or e.g. ``"episode_return_mean"``.
+      times: how many of the latest recorded values must all reach the bound
+        (2 or more guards against stopping on one lucky evaluation).
     """
 
     bound: float
     key: str = "eval/return_mean"
+    times: int = 1
 
     def __post_init__(self) -> None:
         _check_key(self.key)
         if not isinstance(self.bound, int | float) or not math.isfinite(self.bound):
             raise ValueError(f"RewardBound.bound must be a finite number; got {self.bound!r}.")
+        _check_positive("RewardBound.times", self.times, integer=True)
 
     def __call__(self, history: History) -> bool:
-        values = _values(history, self.key)
-        return bool(values) and values[-1] >= self.bound
+        values = _values(history, self.key)[-self.times :]
+        return len(values) == self.times and min(values) >= self.bound
 
 
 @dataclasses.dataclass(frozen=True)

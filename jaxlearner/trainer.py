@@ -356,11 +356,13 @@ class Trainer:
                     stats["time_total_s"] = self.counters.time_total_s
                     next_eval = self.counters.env_steps + steps_per_eval
                     self.history[-1] = stats
+                    evaluation = {
+                        k: v
+                        for k, v in stats.items()
+                        if k.startswith("eval/") or k in ("env_steps", "iteration")
+                    }
                     for writer in self._writers:
-                        writer.write(
-                            self.counters.iteration,
-                            {k: v for k, v in stats.items() if k.startswith("eval/")},
-                        )
+                        writer.write(self.counters.iteration, evaluation)
                 ran.append(stats)
                 bar.update(stats)
                 if on_iteration is not None:

@@ -19,6 +19,10 @@ def test_reward_bound_reads_the_latest_value():
     assert jl.RewardBound(-200.0, key="episode_return_mean")(
         history("episode_return_mean", [-150.0])
     )
+    twice = jl.RewardBound(475.0, times=2)
+    assert not twice(history("eval/return_mean", [480.0]))
+    assert not twice(history("eval/return_mean", [470.0, 480.0]))
+    assert twice(history("eval/return_mean", [100.0, 476.0, 480.0]))
 
 
 def test_counters_and_wall_time():
