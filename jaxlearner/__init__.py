@@ -13,18 +13,15 @@ Example:
   >>> state, metrics = learner.update(state, batch)                    # doctest: +SKIP
 """
 
-from jaxlearner import algorithms, distributed, loggers, replay_buffer
+import importlib
+from typing import TYPE_CHECKING
+
+from jaxlearner import distributed
 from jaxlearner.additional_updates import (
     AdditionalUpdate,
     adaptive_kl_coeff,
     periodic_copy,
     polyak_update,
-)
-from jaxlearner.checkpoint import (
-    CheckpointCorruptedError,
-    CheckpointManager,
-    CheckpointOptions,
-    restore,
 )
 from jaxlearner.context import LossContext
 from jaxlearner.group import LearnerGroup
@@ -47,8 +44,43 @@ from jaxlearner.stop_conditions import (
     StopsDecreasing,
     StopsIncreasing,
 )
-from jaxlearner.trainer import Trainer
 from jaxlearner.update import UpdateConfig, make_update
+
+if TYPE_CHECKING:
+    from jaxlearner import algorithms, anakin, envs, loggers, replay_buffer
+    from jaxlearner.checkpoint import (
+        CheckpointCorruptedError,
+        CheckpointManager,
+        CheckpointOptions,
+        restore,
+    )
+    from jaxlearner.trainer import Trainer
+
+# The learner core imports neither orbax nor gymnasium; these load on first use.
+_LAZY = {
+    "CheckpointCorruptedError": "jaxlearner.checkpoint",
+    "CheckpointManager": "jaxlearner.checkpoint",
+    "CheckpointOptions": "jaxlearner.checkpoint",
+    "restore": "jaxlearner.checkpoint",
+    "Trainer": "jaxlearner.trainer",
+    "algorithms": None,
+    "anakin": None,
+    "envs": None,
+    "loggers": None,
+    "replay_buffer": None,
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'jaxlearner' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name] or f"jaxlearner.{name}")
+    return module if _LAZY[name] is None else getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 
@@ -82,7 +114,9 @@ __all__ = [
     "__version__",
     "adaptive_kl_coeff",
     "algorithms",
+    "anakin",
     "distributed",
+    "envs",
     "learner_from_recipe",
     "loggers",
     "make_update",

@@ -109,6 +109,8 @@ def learner_from_recipe(recipe: Mapping[str, Any]) -> Learner:
             f"{name!r} in {dict(recipe)!r}."
         )
     if name not in _BUILDERS:
+        import jaxlearner.algorithms  # noqa: F401  (registers the built-in algorithms)
+    if name not in _BUILDERS:
         raise ReadableKeyError(
             f"No recipe builder is registered for algorithm {name!r}; registered: "
             f"{list(registered_recipes())}. Import the module that registers it, or call "
