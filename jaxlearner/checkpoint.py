@@ -19,113 +19,61 @@ Nothing is pickled. Restoring builds the expected state from the learner with
 ``jax.eval_shape`` (no computation), compares it leaf by leaf with the saved
 description, and only then reads the arrays, directly onto the learner's
 device or a :class:`~jaxlearner.LearnerGroup`'s sharding.
+
+The orbax-free parts live beside it: :mod:`jaxlearner.checkpoint_options`
+(what to keep), :mod:`jaxlearner.checkpoint_metadata` (the JSON metadata) and
+:mod:`jaxlearner.checkpoint_leaves` (the state's leaves, digests, comparison).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib.metadata
-import json
-import math
 import os
-import platform
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxlearner.batch import Layout
-from jaxlearner.errors import ReadableKeyError
+from jaxlearner.checkpoint_leaves import (
+    Placement,
+    abstract_state,
+    check_module_ids,
+    check_structure,
+    default_device,
+    describe_extra_arrays,
+    describe_leaf,
+    digest,
+    host_value,
+    leaves_with_paths,
+    logical_leaf,
+    plain_paths,
+    storable_leaves,
+    stored_shape_dtype,
+    unpack_target,
+)
+from jaxlearner.checkpoint_metadata import (
+    Metrics,
+    build_metadata,
+    check_extra,
+    check_format,
+    decode_layouts,
+    flatten_metrics,
+    shorten,
+)
+from jaxlearner.checkpoint_options import CheckpointOptions, check_best_metric, metric_ranker
 from jaxlearner.learner import Learner
 from jaxlearner.registry import learner_from_recipe
 from jaxlearner.state import LearnerState
 
-FORMAT = "jaxlearner.checkpoint"
-FORMAT_VERSION = 1
 _STATE_ITEM = "state"
 _META_ITEM = "jaxlearner"
 _EXTRA_ITEM = "extra_arrays"
-_MODULE_SECTIONS = ("params", "opt_states", "extra", "hyperparams")
-
-BestMode: TypeAlias = Literal["max", "min"]
-Metrics: TypeAlias = Mapping[str, Any]
-"""``{name: scalar}`` or nested ``{module: {name: scalar}}``; keys are joined with ``"/"``."""
 
 
 class CheckpointCorruptedError(ValueError):
     """A saved array cannot be read, or its content differs from the digest saved with it."""
-
-
-class Placement(Protocol):
-    """Anything that runs a learner on a sharding, such as a :class:`~jaxlearner.LearnerGroup`."""
-
-    @property
-    def learner(self) -> Learner: ...
-
-    @property
-    def state_sharding(self) -> jax.sharding.Sharding: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointOptions:
-    """How a :class:`CheckpointManager` saves, keeps and restores steps.
-
-    Attributes:
-      max_to_keep: keep the latest ``max_to_keep`` steps; ``None`` keeps all.
-      keep_best: also keep the ``keep_best`` best steps by ``best_metric``.
-      best_metric: ``"/"``-separated key of the metric that ranks steps, into
-        the metrics passed to ``save`` (e.g. ``"eval/return_mean"`` or
-        ``"policy/total_loss"``). Required with ``keep_best``; every save must
-        then pass it.
-      best_mode: ``"max"`` (higher is better) or ``"min"``.
-      async_save: write in a background thread; ``save`` returns once the
-        arrays are copied off the devices. ``False`` waits for the write.
-      verify: store a sha256 digest of every leaf at save and check it at
-        restore (a checkpoint saved without digests restores unchecked).
-      read_only: never create, write or delete anything (e.g. an evaluator
-        reading a directory a trainer writes).
-
-    The latest step is always kept, whatever the ranking says.
-    """
-
-    max_to_keep: int | None = 3
-    keep_best: int = 0
-    best_metric: str | None = None
-    best_mode: BestMode = "max"
-    async_save: bool = True
-    verify: bool = True
-    read_only: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_to_keep is not None and not _is_int(self.max_to_keep, minimum=1):
-            raise ValueError(
-                f"max_to_keep must be a positive int or None (keep all); got {self.max_to_keep!r}."
-            )
-        if not _is_int(self.keep_best, minimum=0):
-            raise ValueError(f"keep_best must be an int >= 0; got {self.keep_best!r}.")
-        if self.best_metric is not None and (
-            not isinstance(self.best_metric, str)
-            or not self.best_metric.strip("/")
-            or "//" in self.best_metric
-        ):
-            raise ValueError(
-                "best_metric must be a '/'-separated metric key such as 'eval/return_mean'; "
-                f"got {self.best_metric!r}."
-            )
-        if self.keep_best and self.best_metric is None:
-            raise ValueError(
-                f"keep_best={self.keep_best} needs best_metric=... (e.g. 'eval/return_mean') to "
-                "rank steps by."
-            )
-        if self.best_mode not in ("max", "min"):
-            raise ValueError(f"best_mode must be 'max' or 'min'; got {self.best_mode!r}.")
-        for name in ("async_save", "verify", "read_only"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool; got {getattr(self, name)!r}.")
 
 
 class CheckpointManager:
@@ -275,7 +223,7 @@ class CheckpointManager:
           >>> ckpt.save(int(state.updates), state, learner, metrics=metrics)
           ... # doctest: +SKIP
         """
-        learner, _ = _unpack_target(learner)
+        learner, _ = unpack_target(learner)
         if self._options.read_only:
             raise ValueError(f"This CheckpointManager of {self._directory} is read-only.")
         if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
@@ -293,18 +241,18 @@ class CheckpointManager:
                 "save needs a learner that knows its batch layout: the learner that made the "
                 "state with init (or restored it)."
             )
-        flat_metrics = _flatten_metrics(metrics)
+        flat_metrics = flatten_metrics(metrics)
         if self._options.best_metric is not None:
-            _check_best_metric(self._options.best_metric, flat_metrics)
-        arrays, leaves = _storable_leaves(state, digests=self._options.verify)
-        metadata = _metadata(step, state, learner, leaves, flat_metrics)
-        metadata["extra"] = _check_extra(extra)
+            check_best_metric(self._options.best_metric, flat_metrics)
+        arrays, leaves = storable_leaves(state, digests=self._options.verify)
+        metadata = build_metadata(step, state, learner, leaves, flat_metrics)
+        metadata["extra"] = check_extra(extra)
         items = {
             _STATE_ITEM: ocp.args.StandardSave(arrays),
             _META_ITEM: ocp.args.JsonSave(metadata),
         }
         if extra_arrays is not None:
-            metadata["extra_arrays"] = _describe_extra_arrays(extra_arrays, self._options.verify)
+            metadata["extra_arrays"] = describe_extra_arrays(extra_arrays, self._options.verify)
             items[_EXTRA_ITEM] = ocp.args.StandardSave(extra_arrays)
         self._manager.save(
             step,
@@ -345,16 +293,7 @@ class CheckpointManager:
                 f"The metadata of step {step} in {self._directory} cannot be read: {error}"
             ) from error
         metadata = restored[_META_ITEM]
-        if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
-            raise ValueError(
-                f"Step {step} in {self._directory} was not saved by jaxlearner's "
-                "CheckpointManager (no jaxlearner metadata)."
-            )
-        if metadata.get("format_version", 0) > FORMAT_VERSION:
-            raise ValueError(
-                f"Step {step} uses checkpoint format {metadata['format_version']}; this "
-                f"jaxlearner reads format {FORMAT_VERSION} and older. Upgrade jaxlearner."
-            )
+        check_format(step, self._directory, metadata)
         return metadata
 
     def restore(self, target: Learner | Placement, step: int | None = None) -> LearnerState:
@@ -393,35 +332,35 @@ class CheckpointManager:
           >>> state, metrics = learner.update(state, batch)               # doctest: +SKIP
           >>> state = ckpt.restore(jl.LearnerGroup(make_learner()))       # doctest: +SKIP
         """
-        learner, sharding = _unpack_target(target)
+        learner, sharding = unpack_target(target)
         step = self._resolve_step(step)
         metadata = self.metadata(step)
-        _check_module_ids(step, list(metadata["modules"]), learner.module_ids)
+        check_module_ids(step, list(metadata["modules"]), learner.module_ids)
         layout = learner.batch_layout
         if layout is None:
-            layout = _decode_layouts(step, metadata)
+            layout = decode_layouts(step, metadata)
         key_impl = next(
             (leaf["key_impl"] for leaf in metadata["leaves"] if "key_impl" in leaf), None
         )
-        abstract = _abstract_state(learner.replace(), layout, key_impl)
-        expected = [_describe_leaf(path, leaf) for path, leaf in _leaves_with_paths(abstract)]
-        _check_structure(step, metadata["leaves"], expected)
+        abstract = abstract_state(learner.replace(), layout, key_impl)
+        expected = [describe_leaf(path, leaf) for path, leaf in leaves_with_paths(abstract)]
+        check_structure(step, metadata["leaves"], expected)
         if sharding is None:
-            sharding = jax.sharding.SingleDeviceSharding(_default_device())
+            sharding = jax.sharding.SingleDeviceSharding(default_device())
         saved = metadata["leaves"]
         targets = {
             leaf["name"]: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
             for leaf, (shape, dtype) in zip(
-                saved, (_stored_shape_dtype(x) for x in jax.tree.leaves(abstract)), strict=True
+                saved, (stored_shape_dtype(x) for x in jax.tree.leaves(abstract)), strict=True
             )
         }
         arrays = self._read_arrays(step, targets, saved)
         if self._options.verify:
             _verify_digests(step, saved, arrays)
-        leaves = [_logical_leaf(arrays[leaf["name"]], leaf, sharding) for leaf in saved]
+        leaves = [logical_leaf(arrays[leaf["name"]], leaf, sharding) for leaf in saved]
         state = jax.tree.unflatten(jax.tree.structure(abstract), leaves)
         if learner.batch_layout is None:
-            _abstract_state(learner, layout, key_impl)  # records the layout, as init does
+            abstract_state(learner, layout, key_impl)  # records the layout, as init does
         return state
 
     def restore_extra(self, step: int | None = None) -> tuple[Any, Any]:
@@ -450,16 +389,16 @@ class CheckpointManager:
         except Exception as error:  # tensorstore reports damage as ValueError, OSError, ...
             raise CheckpointCorruptedError(
                 f"The extra arrays of step {step} in {self._directory} cannot be read: "
-                f"{_shorten(str(error), 400)}"
+                f"{shorten(str(error), 400)}"
             ) from error
-        found = dict(_plain_paths(restored))
+        found = dict(plain_paths(restored))
         for record in records:
             leaf = found.get(record["path"])
             if leaf is None or list(np.shape(leaf)) != record["shape"]:
                 raise CheckpointCorruptedError(
                     f"The extra array {record['path']} of step {step} is missing or reshaped."
                 )
-            if "sha256" in record and _digest(_host(leaf)) != record["sha256"]:
+            if "sha256" in record and digest(host_value(leaf)) != record["sha256"]:
                 raise CheckpointCorruptedError(
                     f"Checkpoint step {step} is corrupted: extra array {record['path']} differs "
                     "from the digest saved with it. Restore an earlier step."
@@ -496,11 +435,11 @@ class CheckpointManager:
                     raise CheckpointCorruptedError(
                         f"Checkpoint step {step} in {self._directory} is damaged: leaf "
                         f"{paths[name]} (stored as {name!r}) cannot be read: "
-                        f"{_shorten(str(leaf_error), 400)}"
+                        f"{shorten(str(leaf_error), 400)}"
                     ) from error
             raise CheckpointCorruptedError(
                 f"Checkpoint step {step} in {self._directory} cannot be read: "
-                f"{_shorten(str(error), 400)}"
+                f"{shorten(str(error), 400)}"
             ) from error
         return restored[_STATE_ITEM]
 
@@ -549,49 +488,6 @@ def restore(
         manager.close()
 
 
-def _check_extra(extra: Mapping[str, Any] | None) -> Any:
-    if extra is None:
-        return None
-    try:
-        return json.loads(json.dumps(extra, allow_nan=False))
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"save's extra must be JSON-serialisable ({error}).") from None
-
-
-def _describe_extra_arrays(tree: Any, digests: bool) -> list[dict[str, Any]]:
-    records = []
-    for path, leaf in _plain_paths(tree):
-        if not isinstance(leaf, jax.Array | np.ndarray | np.generic):
-            raise TypeError(
-                f"save's extra_arrays must hold arrays only; {path} is {type(leaf).__name__}."
-            )
-        if _is_key(leaf):
-            raise TypeError(
-                f"save's extra_arrays cannot hold typed PRNG keys ({path}); store "
-                "jax.random.key_data(key) and re-wrap it with jax.random.wrap_key_data."
-            )
-        record = {"path": path, "shape": list(np.shape(leaf)), "dtype": str(leaf.dtype)}
-        if digests:
-            record["sha256"] = _digest(_host(leaf))
-        records.append(record)
-    return records
-
-
-def _plain_paths(tree: Any) -> list[tuple[str, Any]]:
-    """Leaves by ``"a/b/0"`` paths: a dataclass field and the dict orbax restores it as agree."""
-
-    def name(entry: Any) -> str:
-        for attribute in ("key", "name", "idx"):
-            if hasattr(entry, attribute):
-                return str(getattr(entry, attribute))
-        return str(entry)
-
-    return [
-        ("/".join(name(entry) for entry in path), leaf)
-        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
-    ]
-
-
 def _resolve_directory(directory: str | os.PathLike[str]) -> str:
     """A local path made absolute; a URL such as ``gs://bucket/run`` untouched.
 
@@ -605,47 +501,6 @@ def _resolve_directory(directory: str | os.PathLike[str]) -> str:
     return text if "://" in text else os.path.abspath(text)
 
 
-def _flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
-    """Metrics as flat ``{"a/b": float}`` JSON values; non-finite values as ``"nan"``/``"inf"``.
-
-    Raises:
-      TypeError: when ``metrics`` is not a mapping or a key is not a string.
-      ValueError: when a value is not a scalar, or two keys flatten alike.
-
-    Example:
-      >>> _flatten_metrics({"policy": {"loss": 0.5}, "eval/return_mean": 2})
-      {'policy/loss': 0.5, 'eval/return_mean': 2.0}
-    """
-    if metrics is None:
-        return {}
-    if not isinstance(metrics, Mapping):
-        raise TypeError(f"metrics must be a mapping of scalars; got {type(metrics).__name__}.")
-    flat: dict[str, float | str] = {}
-
-    def visit(prefix: str, node: Any) -> None:
-        if isinstance(node, Mapping):
-            for key, value in node.items():
-                if not isinstance(key, str):
-                    raise TypeError(f"Metric keys must be strings; got {key!r} under {prefix!r}.")
-                visit(f"{prefix}/{key}" if prefix else key, value)
-            return
-        value = _host(node) if isinstance(node, jax.Array) else np.asarray(node)
-        dtype = value.dtype
-        real = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
-        if np.ndim(value) != 0 or not (real or dtype == np.bool_):
-            raise ValueError(
-                f"Metric {prefix!r} must be a real scalar to be saved; got {np.shape(value)} "
-                f"{type(node).__name__}."
-            )
-        if prefix in flat:
-            raise ValueError(f"Two metrics flatten to the same key {prefix!r}.")
-        number = float(value)
-        flat[prefix] = number if math.isfinite(number) else str(number)
-
-    visit("", metrics)
-    return flat
-
-
 def _orbax_options(options: CheckpointOptions) -> ocp.CheckpointManagerOptions:
     # orbax's own max_to_keep combined with best_fn ranks every step by the metric alone and
     # can delete the step just written; an explicit policy keeps the latest unconditionally.
@@ -655,7 +510,7 @@ def _orbax_options(options: CheckpointOptions) -> ocp.CheckpointManagerOptions:
     ]
     best_fn = None
     if options.best_metric is not None:
-        best_fn = _metric_ranker(options.best_metric, options.best_mode)
+        best_fn = metric_ranker(options.best_metric, options.best_mode)
     if options.keep_best:
         policies.append(
             ocp.checkpoint_managers.BestN(
@@ -676,147 +531,11 @@ def _orbax_options(options: CheckpointOptions) -> ocp.CheckpointManagerOptions:
     )
 
 
-def _metric_ranker(key: str, mode: BestMode) -> Any:
-    worst = -math.inf if mode == "max" else math.inf
-
-    def rank(metrics: Any) -> float:
-        value = metrics.get(key) if isinstance(metrics, Mapping) else None
-        try:
-            number = float(value)  # also parses the "nan" / "inf" strings non-finite values get
-        except (TypeError, ValueError):
-            return worst
-        return worst if math.isnan(number) else number
-
-    return rank
-
-
-def _check_best_metric(key: str, metrics: dict[str, Any]) -> None:
-    if key not in metrics:
-        raise ReadableKeyError(
-            f"This manager ranks steps by best_metric={key!r}, so save needs it in metrics; got "
-            f"metric keys {sorted(metrics)}."
-        )
-
-
-def _unpack_target(target: object) -> tuple[Learner, jax.sharding.Sharding | None]:
-    if isinstance(target, Learner):
-        return target, None
-    learner = getattr(target, "learner", None)
-    sharding = getattr(target, "state_sharding", None)
-    if isinstance(learner, Learner) and isinstance(sharding, jax.sharding.Sharding):
-        return learner, sharding
-    raise TypeError(
-        "Expected a jl.Learner, or an object with .learner (a jl.Learner) and .state_sharding "
-        f"(a jax.sharding.Sharding) such as a jl.LearnerGroup; got {type(target).__name__}."
-    )
-
-
-def _default_device() -> jax.Device:
-    return next(iter(jnp.zeros(()).devices()))
-
-
-def _is_int(value: object, minimum: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
-
-
-def _is_key(leaf: Any) -> bool:
-    return jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key)
-
-
-def _leaves_with_paths(tree: Any) -> list[tuple[str, Any]]:
-    return [(_path_text(p), x) for p, x in jax.tree_util.tree_leaves_with_path(tree)]
-
-
-def _path_text(path: tuple[Any, ...]) -> str:
-    """A leaf's path as Python would index it, e.g. ``.modules['policy'].params['w']``.
-
-    Written out here rather than with ``jax.tree_util.keystr`` so that saved paths do not
-    change with JAX's formatting.
-    """
-    parts = []
-    for entry in path:
-        if isinstance(entry, jax.tree_util.DictKey):
-            parts.append(f"[{entry.key!r}]")
-        elif isinstance(entry, jax.tree_util.GetAttrKey):
-            parts.append(f".{entry.name}")
-        elif isinstance(entry, jax.tree_util.SequenceKey):
-            parts.append(f"[{entry.idx}]")
-        else:
-            parts.append(f"[{getattr(entry, 'key', entry)!r}]")
-    return "".join(parts)
-
-
-def _describe_leaf(path: str, leaf: Any) -> dict[str, Any]:
-    return {"path": path, "shape": list(leaf.shape), "dtype": str(leaf.dtype)}
-
-
-def _stored_shape_dtype(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype a leaf is stored with (typed keys as their key data)."""
-    if _is_key(leaf):
-        data = jax.eval_shape(jax.random.key_data, leaf)
-        return data.shape, data.dtype
-    return tuple(leaf.shape), leaf.dtype
-
-
-def _host(array: jax.Array) -> np.ndarray:
-    """An array's value on this host; also for arrays replicated over several processes."""
-    if not isinstance(array, jax.Array):
-        return np.asarray(array)
-    if array.is_fully_addressable:
-        return np.asarray(array)
-    if array.is_fully_replicated:
-        return np.asarray(array.addressable_shards[0].data)
-    raise ValueError(
-        "Digests need each state leaf on this process or replicated; got a leaf sharded as "
-        f"{array.sharding}. Pass verify=False to save it without digests."
-    )
-
-
-def _digest(array: np.ndarray) -> str:
-    # Hashing a byte view, not a copy: about 1 GB/s on one core.
-    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()
-
-
-def _storable_leaves(
-    state: LearnerState, digests: bool
-) -> tuple[dict[str, jax.Array], list[dict[str, Any]]]:
-    """The state's leaves as named arrays for orbax, and their descriptions."""
-    named = _leaves_with_paths(state)
-    width = max(5, len(str(len(named) - 1)))
-    arrays: dict[str, jax.Array] = {}
-    leaves = []
-    for index, (path, leaf) in enumerate(named):
-        leaf = leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf)
-        record = {"name": f"{index:0{width}d}", **_describe_leaf(path, leaf)}
-        if _is_key(leaf):
-            record["key_impl"] = str(jax.random.key_impl(leaf))
-            leaf = jax.random.key_data(leaf)
-        elif leaf.weak_type:
-            record["weak_type"] = True
-        arrays[record["name"]] = leaf
-        leaves.append(record)
-    if digests:
-        for record, host in zip(leaves, (_host(x) for x in arrays.values()), strict=True):
-            record["sha256"] = _digest(host)
-    return arrays, leaves
-
-
-def _logical_leaf(array: jax.Array, record: dict[str, Any], sharding: Any) -> jax.Array:
-    """A restored array as the state held it: typed keys re-wrapped, weak scalars weak again."""
-    if "key_impl" in record:
-        return jax.random.wrap_key_data(array, impl=record["key_impl"])
-    if record.get("weak_type") and array.ndim == 0 and sharding.is_fully_addressable:
-        weak = jnp.asarray(_host(array).item())
-        if weak.dtype == array.dtype and weak.weak_type:
-            return jax.device_put(weak, sharding)
-    return array
-
-
 def _verify_digests(step: int, saved: list[dict[str, Any]], arrays: dict[str, jax.Array]) -> None:
     for record in saved:
         if "sha256" not in record:
             continue
-        actual = _digest(_host(arrays[record["name"]]))
+        actual = digest(host_value(arrays[record["name"]]))
         if actual != record["sha256"]:
             raise CheckpointCorruptedError(
                 f"Checkpoint step {step} is corrupted: leaf {record['path']} (stored as "
@@ -839,253 +558,3 @@ def _read_one(path: Any, name: str, target: jax.ShapeDtypeStruct) -> None:
         )
     finally:
         checkpointer.close()
-
-
-def _abstract_state(learner: Learner, layout: Mapping[str, Layout], key_impl: str | None) -> Any:
-    """The learner's state as ``ShapeDtypeStruct`` leaves, from its ``init`` traced abstractly.
-
-    The sample batch is abstract, with the saved layout and as many rows as a minibatch (the
-    size the loss is written for; nothing is computed or allocated, whatever the size).
-    """
-    rows = learner.config.minibatch_size or 2
-    sample = {
-        module_id: jax.tree.map(
-            lambda s: jax.ShapeDtypeStruct((rows, *s.shape), s.dtype), layout[module_id]
-        )
-        for module_id in learner.module_ids
-    }
-    return jax.eval_shape(
-        lambda batch: learner.init(jax.random.key(0, impl=key_impl), batch), sample
-    )
-
-
-def _check_module_ids(step: int, saved: list[str], expected: tuple[str, ...]) -> None:
-    missing = [m for m in saved if m not in expected]
-    extra = [m for m in expected if m not in saved]
-    if missing or extra:
-        problems = [f"module {m!r} is in the checkpoint but not in the learner" for m in missing]
-        problems += [f"module {m!r} is in the learner but not in the checkpoint" for m in extra]
-        raise ValueError(
-            f"Checkpoint step {step} does not match this learner: {'; '.join(problems)} "
-            f"(checkpoint modules: {saved}; learner modules: {list(expected)})."
-        )
-
-
-def _check_structure(
-    step: int, saved: list[dict[str, Any]], expected: list[dict[str, Any]]
-) -> None:
-    """Raises naming the first leaf whose path, shape or dtype differs."""
-
-    def text(leaf: dict[str, Any]) -> str:
-        return f"{leaf['dtype']}[{', '.join(map(str, leaf['shape']))}]"
-
-    saved_paths = {leaf["path"] for leaf in saved}
-    expected_paths = {leaf["path"] for leaf in expected}
-    for position in range(max(len(saved), len(expected))):
-        old = saved[position] if position < len(saved) else None
-        new = expected[position] if position < len(expected) else None
-        if old is not None and new is not None and old["path"] == new["path"]:
-            if old["shape"] == new["shape"] and old["dtype"] == new["dtype"]:
-                continue
-            path, detail = old["path"], f"saved {text(old)}, expected {text(new)}"
-        elif old is not None and old["path"] not in expected_paths:
-            path, detail = old["path"], f"saved {text(old)}, expected no such leaf"
-        elif new is not None and new["path"] not in saved_paths:
-            path, detail = new["path"], f"saved no such leaf, expected {text(new)}"
-        else:
-            path, detail = (old or new)["path"], "the leaves are in a different order"
-        raise ValueError(
-            f"Checkpoint step {step} does not match this learner's state at {path}: {detail}. "
-            "Nothing was restored: restoring never casts, reshapes or skips a leaf; build the "
-            "learner as it was when the step was saved."
-        )
-
-
-def _metadata(
-    step: int,
-    state: LearnerState,
-    learner: Learner,
-    leaves: list[dict[str, Any]],
-    metrics: dict[str, Any],
-) -> dict[str, Any]:
-    recipe = learner.recipe
-    try:
-        json.dumps(recipe, allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise TypeError(
-            f"The learner's recipe is not JSON-serialisable ({error}): {recipe!r}."
-        ) from None
-    options = learner.options
-    layout = learner.batch_layout or {}
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "step": step,
-        "versions": _versions(),
-        "modules": {
-            m: {
-                "spec": _describe_spec(spec),
-                "trained": m in learner.modules_to_train,
-                "batch_layout": _encode_layout(layout.get(m)),
-                "fingerprint": _fingerprint(state.modules[m]),
-                "counters": {
-                    "grad_steps": int(_host(state.modules[m].grad_steps)),
-                    "env_steps": int(_host(state.modules[m].env_steps)),
-                },
-            }
-            for m, spec in learner.specs.items()
-        },
-        "counters": {
-            name: int(_host(getattr(state, name)))
-            for name in ("updates", "grad_steps", "skipped_steps")
-        },
-        "devices": _devices(state),
-        "learner": {
-            "minibatch_size": options["minibatch_size"],
-            "num_epochs": options["num_epochs"],
-            "shuffle": options["shuffle"],
-            "skip_nonfinite": options["skip_nonfinite"],
-            "modules_to_train": sorted(learner.modules_to_train),
-            "joint_loss": _name(options["loss"]) if options["loss"] is not None else None,
-        },
-        "recipe": recipe,
-        "metrics": metrics,
-        "leaves": leaves,
-    }
-
-
-def _fingerprint(module: Any) -> dict[str, Any]:
-    """Per section of a module's state: its leaves' paths, shapes, dtypes and their sha256."""
-    result = {}
-    for section in _MODULE_SECTIONS:
-        described = [_describe_leaf(p, x) for p, x in _leaves_with_paths(getattr(module, section))]
-        text = json.dumps(described, sort_keys=True)
-        result[section] = {
-            "num_leaves": len(described),
-            "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        }
-    return result
-
-
-def _versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for package in ("jaxlearner", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "unknown"
-    return versions
-
-
-def _devices(state: LearnerState) -> dict[str, Any]:
-    sharding = getattr(jax.tree.leaves(state)[0], "sharding", None)
-    described: dict[str, Any] = {"type": type(sharding).__name__}
-    if isinstance(sharding, jax.sharding.NamedSharding):
-        described["mesh"] = {
-            "axis_names": [str(a) for a in sharding.mesh.axis_names],
-            "shape": [int(n) for n in sharding.mesh.devices.shape],
-        }
-        # PartitionSpec as JSON: one entry per array axis, an axis name, a list of names or null.
-        described["spec"] = [
-            list(axes) if isinstance(axes, tuple) else axes for axes in sharding.spec
-        ]
-    if sharding is not None:
-        described["num_devices"] = len(sharding.device_set)
-    return {
-        "device_count": jax.device_count(),
-        "process_count": jax.process_count(),
-        "platform": jax.default_backend(),
-        "state_sharding": described,
-    }
-
-
-def _encode_layout(layout: Any) -> Any:
-    """A batch layout as JSON; ``None`` for layouts of containers JSON cannot describe."""
-
-    def encode(node: Any) -> Any:
-        if isinstance(node, jax.ShapeDtypeStruct):
-            return {"shape": list(node.shape), "dtype": str(node.dtype)}
-        if type(node) is dict and all(isinstance(k, str) for k in node):
-            return {"dict": {k: encode(v) for k, v in node.items()}}
-        if type(node) in (list, tuple):
-            return {type(node).__name__: [encode(v) for v in node]}
-        raise TypeError(type(node).__name__)
-
-    try:
-        return None if layout is None else encode(layout)
-    except TypeError:
-        return None
-
-
-def _decode_layout(encoded: Any) -> Any:
-    if "shape" in encoded:
-        return jax.ShapeDtypeStruct(tuple(encoded["shape"]), jnp.dtype(encoded["dtype"]))
-    if "dict" in encoded:
-        return {k: _decode_layout(v) for k, v in encoded["dict"].items()}
-    kind = "list" if "list" in encoded else "tuple"
-    items = [_decode_layout(v) for v in encoded[kind]]
-    return items if kind == "list" else tuple(items)
-
-
-def _decode_layouts(step: int, metadata: dict[str, Any]) -> dict[str, Layout]:
-    layouts = {}
-    for module_id, module in metadata["modules"].items():
-        if module.get("batch_layout") is None:
-            raise ValueError(
-                f"Step {step} holds no JSON batch layout for module {module_id!r} (its batch is a "
-                "container other than dicts, lists and tuples), so a fresh learner cannot be "
-                "restored from it: call learner.init(key, sample_batch) first, then restore."
-            )
-        layouts[module_id] = _decode_layout(module["batch_layout"])
-    return layouts
-
-
-def _describe_spec(spec: Any) -> dict[str, Any]:
-    return {
-        "model": _name(type(spec.model)),
-        "model_repr": _short_repr(spec.model),
-        "loss": _name(spec.loss) if spec.loss is not None else None,
-        "optimizers": {
-            name: {
-                "transform": _name(opt.transform) if opt.is_factory else "built transformation",
-                "learning_rate": _jsonable(opt.learning_rate),
-                "hyperparams": {k: _jsonable(v) for k, v in opt.hyperparams.items()},
-                "grad_clip": opt.grad_clip,
-                "grad_clip_by": opt.grad_clip_by,
-            }
-            for name, opt in spec.named_optimizers.items()
-        },
-        "hyperparams": {k: _jsonable(v) for k, v in spec.hyperparams.items()},
-        "additional_updates": [
-            {"fn": _name(u.fn), "after": u.after} for u in spec.additional_updates
-        ],
-        "metric_reductions": dict(spec.metric_reductions),
-    }
-
-
-def _name(obj: Any) -> str:
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
-    return f"{module}.{qualname}" if module else qualname
-
-
-def _short_repr(obj: Any, limit: int = 2000) -> str:
-    return _shorten(repr(obj), limit)
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _jsonable(value: Any) -> Any:
-    """Numbers, strings and nested lists/dicts of them as they are; anything else as its repr."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float | np.floating | np.integer):
-        number = float(value)
-        return number if math.isfinite(number) else str(number)
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return _short_repr(value, limit=500)

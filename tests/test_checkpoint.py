@@ -116,7 +116,7 @@ def test_round_trip_is_bit_identical(saved):
     ac = restored.modules["ac"]
     assert set(ac.opt_states) == {"actor", "critic"}
     assert isinstance(ac.opt_states["actor"].inner_state, optax.InjectStatefulHyperparamsState)
-    assert ac.extra["noise_scale"].weak_type and ac.extra["visits"].dtype == jnp.int32
+    assert ac.extra["noise_scale"].dtype == jnp.float32 and ac.extra["visits"].dtype == jnp.int32
     assert restored.modules["dense"].params["params"]["kernel"].dtype == jnp.bfloat16
     assert int(restored.updates) == 3 and int(ac.grad_steps) == 3 * 2 * 4
     # Restoring recorded the saved batch layout on the fresh learner, as init would.

@@ -79,7 +79,7 @@ def test_writers_get_every_iteration(tmp_path):
     trainer.run([jl.MaxIterations(2)], steps_per_eval=512)
     trainer.close()
     records = read_json_lines(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in records if "env_steps" in r] == [1, 2]
+    assert [r["step"] for r in records if "episode_return_mean" in r] == [1, 2]
     assert any("eval/return_mean" in r for r in records)
 
 

@@ -1,0 +1,301 @@
+"""The JSON metadata saved with every checkpoint step, and the metrics and extras in it.
+
+Orbax-free helpers of :mod:`jaxlearner.checkpoint`, which writes and reads
+this metadata as one JSON item per step (see
+:meth:`~jaxlearner.CheckpointManager.metadata` for its keys): the format and
+versions, each module's spec description, batch layout and structure
+fingerprint, the devices and mesh, the counters, the learner's options and
+recipe, the metrics flattened to ``{"a/b": value}``, and the caller's extra
+JSON. Nothing in it is pickled: what JSON cannot hold is described by name or
+a shortened repr. The batch layouts read back with :func:`decode_layouts`
+let a fresh learner be restored without a sample batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import math
+import platform
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.batch import Layout
+from jaxlearner.checkpoint_leaves import describe_leaf, host_value, leaves_with_paths
+from jaxlearner.learner import Learner
+from jaxlearner.state import LearnerState
+
+FORMAT = "jaxlearner.checkpoint"
+FORMAT_VERSION = 1
+_MODULE_SECTIONS = ("params", "opt_states", "extra", "hyperparams")
+
+Metrics: TypeAlias = Mapping[str, Any]
+"""``{name: scalar}`` or nested ``{module: {name: scalar}}``; keys are joined with ``"/"``."""
+
+
+def build_metadata(
+    step: int,
+    state: LearnerState,
+    learner: Learner,
+    leaves: list[dict[str, Any]],
+    metrics: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON metadata of a step (see :meth:`~jaxlearner.CheckpointManager.metadata`)."""
+    recipe = learner.recipe
+    try:
+        json.dumps(recipe, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"The learner's recipe is not JSON-serialisable ({error}): {recipe!r}."
+        ) from None
+    options = learner.options
+    layout = learner.batch_layout or {}
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "versions": _versions(),
+        "modules": {
+            m: {
+                "spec": _describe_spec(spec),
+                "trained": m in learner.modules_to_train,
+                "batch_layout": _encode_layout(layout.get(m)),
+                "fingerprint": _fingerprint(state.modules[m]),
+                "counters": {
+                    "grad_steps": int(host_value(state.modules[m].grad_steps)),
+                    "env_steps": int(host_value(state.modules[m].env_steps)),
+                },
+            }
+            for m, spec in learner.specs.items()
+        },
+        "counters": {
+            name: int(host_value(getattr(state, name)))
+            for name in ("updates", "grad_steps", "skipped_steps")
+        },
+        "devices": _devices(state),
+        "learner": {
+            "minibatch_size": options["minibatch_size"],
+            "num_epochs": options["num_epochs"],
+            "shuffle": options["shuffle"],
+            "skip_nonfinite": options["skip_nonfinite"],
+            "modules_to_train": sorted(learner.modules_to_train),
+            "joint_loss": _name(options["loss"]) if options["loss"] is not None else None,
+        },
+        "recipe": recipe,
+        "metrics": metrics,
+        "leaves": leaves,
+    }
+
+
+def check_format(step: int, directory: str, metadata: Any) -> None:
+    """Checks that the JSON read from a step is jaxlearner metadata of a format this reads.
+
+    Raises:
+      ValueError: when the step was not saved by jaxlearner's CheckpointManager, or in a
+        newer format than this jaxlearner reads.
+    """
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        raise ValueError(
+            f"Step {step} in {directory} was not saved by jaxlearner's "
+            "CheckpointManager (no jaxlearner metadata)."
+        )
+    if metadata.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(
+            f"Step {step} uses checkpoint format {metadata['format_version']}; this "
+            f"jaxlearner reads format {FORMAT_VERSION} and older. Upgrade jaxlearner."
+        )
+
+
+def _fingerprint(module: Any) -> dict[str, Any]:
+    """Per section of a module's state: its leaves' paths, shapes, dtypes and their sha256."""
+    result = {}
+    for section in _MODULE_SECTIONS:
+        described = [describe_leaf(p, x) for p, x in leaves_with_paths(getattr(module, section))]
+        text = json.dumps(described, sort_keys=True)
+        result[section] = {
+            "num_leaves": len(described),
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
+    return result
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("jaxlearner", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "unknown"
+    return versions
+
+
+def _devices(state: LearnerState) -> dict[str, Any]:
+    sharding = getattr(jax.tree.leaves(state)[0], "sharding", None)
+    described: dict[str, Any] = {"type": type(sharding).__name__}
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        described["mesh"] = {
+            "axis_names": [str(a) for a in sharding.mesh.axis_names],
+            "shape": [int(n) for n in sharding.mesh.devices.shape],
+        }
+        # PartitionSpec as JSON: one entry per array axis, an axis name, a list of names or null.
+        described["spec"] = [
+            list(axes) if isinstance(axes, tuple) else axes for axes in sharding.spec
+        ]
+    if sharding is not None:
+        described["num_devices"] = len(sharding.device_set)
+    return {
+        "device_count": jax.device_count(),
+        "process_count": jax.process_count(),
+        "platform": jax.default_backend(),
+        "state_sharding": described,
+    }
+
+
+def _encode_layout(layout: Any) -> Any:
+    """A batch layout as JSON; ``None`` for layouts of containers JSON cannot describe."""
+
+    def encode(node: Any) -> Any:
+        if isinstance(node, jax.ShapeDtypeStruct):
+            return {"shape": list(node.shape), "dtype": str(node.dtype)}
+        if type(node) is dict and all(isinstance(k, str) for k in node):
+            return {"dict": {k: encode(v) for k, v in node.items()}}
+        if type(node) in (list, tuple):
+            return {type(node).__name__: [encode(v) for v in node]}
+        raise TypeError(type(node).__name__)
+
+    try:
+        return None if layout is None else encode(layout)
+    except TypeError:
+        return None
+
+
+def _decode_layout(encoded: Any) -> Any:
+    if "shape" in encoded:
+        return jax.ShapeDtypeStruct(tuple(encoded["shape"]), jnp.dtype(encoded["dtype"]))
+    if "dict" in encoded:
+        return {k: _decode_layout(v) for k, v in encoded["dict"].items()}
+    kind = "list" if "list" in encoded else "tuple"
+    items = [_decode_layout(v) for v in encoded[kind]]
+    return items if kind == "list" else tuple(items)
+
+
+def decode_layouts(step: int, metadata: dict[str, Any]) -> dict[str, Layout]:
+    """The batch layout of every module of a step, read back from its metadata."""
+    layouts = {}
+    for module_id, module in metadata["modules"].items():
+        if module.get("batch_layout") is None:
+            raise ValueError(
+                f"Step {step} holds no JSON batch layout for module {module_id!r} (its batch is a "
+                "container other than dicts, lists and tuples), so a fresh learner cannot be "
+                "restored from it: call learner.init(key, sample_batch) first, then restore."
+            )
+        layouts[module_id] = _decode_layout(module["batch_layout"])
+    return layouts
+
+
+def _describe_spec(spec: Any) -> dict[str, Any]:
+    return {
+        "model": _name(type(spec.model)),
+        "model_repr": _short_repr(spec.model),
+        "loss": _name(spec.loss) if spec.loss is not None else None,
+        "optimizers": {
+            name: {
+                "transform": _name(opt.transform) if opt.is_factory else "built transformation",
+                "learning_rate": _jsonable(opt.learning_rate),
+                "hyperparams": {k: _jsonable(v) for k, v in opt.hyperparams.items()},
+                "grad_clip": opt.grad_clip,
+                "grad_clip_by": opt.grad_clip_by,
+            }
+            for name, opt in spec.named_optimizers.items()
+        },
+        "hyperparams": {k: _jsonable(v) for k, v in spec.hyperparams.items()},
+        "additional_updates": [
+            {"fn": _name(u.fn), "after": u.after} for u in spec.additional_updates
+        ],
+        "metric_reductions": dict(spec.metric_reductions),
+    }
+
+
+def _name(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{qualname}" if module else qualname
+
+
+def _short_repr(obj: Any, limit: int = 2000) -> str:
+    return shorten(repr(obj), limit)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in ``...`` when cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _jsonable(value: Any) -> Any:
+    """Numbers, strings and nested lists/dicts of them as they are; anything else as its repr."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float | np.floating | np.integer):
+        number = float(value)
+        return number if math.isfinite(number) else str(number)
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return _short_repr(value, limit=500)
+
+
+def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
+    """Metrics as flat ``{"a/b": float}`` JSON values; non-finite values as ``"nan"``/``"inf"``.
+
+    Raises:
+      TypeError: when ``metrics`` is not a mapping or a key is not a string.
+      ValueError: when a value is not a scalar, or two keys flatten alike.
+
+    Example:
+      >>> flatten_metrics({"policy": {"loss": 0.5}, "eval/return_mean": 2})
+      {'policy/loss': 0.5, 'eval/return_mean': 2.0}
+    """
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"metrics must be a mapping of scalars; got {type(metrics).__name__}.")
+    flat: dict[str, float | str] = {}
+
+    def visit(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"Metric keys must be strings; got {key!r} under {prefix!r}.")
+                visit(f"{prefix}/{key}" if prefix else key, value)
+            return
+        value = host_value(node) if isinstance(node, jax.Array) else np.asarray(node)
+        dtype = value.dtype
+        real = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
+        if np.ndim(value) != 0 or not (real or dtype == np.bool_):
+            raise ValueError(
+                f"Metric {prefix!r} must be a real scalar to be saved; got {np.shape(value)} "
+                f"{type(node).__name__}."
+            )
+        if prefix in flat:
+            raise ValueError(f"Two metrics flatten to the same key {prefix!r}.")
+        number = float(value)
+        flat[prefix] = number if math.isfinite(number) else str(number)
+
+    visit("", metrics)
+    return flat
+
+
+def check_extra(extra: Mapping[str, Any] | None) -> Any:
+    """``extra`` as JSON would read it back; raises ``TypeError`` if JSON cannot hold it."""
+    if extra is None:
+        return None
+    try:
+        return json.loads(json.dumps(extra, allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"save's extra must be JSON-serialisable ({error}).") from None
