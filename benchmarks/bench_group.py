@@ -29,7 +29,6 @@ import jax  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ppo_workload as w  # noqa: E402
-from bench_update import make_learner  # noqa: E402
 
 import jaxlearner as jl  # noqa: E402
 
@@ -40,8 +39,8 @@ def main() -> None:
     batch = w.make_batch()
     # 4000 rows and minibatches of 128 split over 1, 2, 4 and 8 devices.
     counts = [n for n in (1, 2, 4, 8) if n <= jax.device_count()]
-    learner = make_learner()
-    state = learner.init(jax.random.key(0), batch)
+    learner = w.make_learner()
+    state = learner.init(jax.random.key(0))
     calls, holders = {"learner.update (no group)": None}, {}
     holders["learner.update (no group)"] = state
 
@@ -67,13 +66,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench_group.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"machine: {report['machine']}")
-    print("| variant | compile (s) | median per update (s) | min (s) | max (s) |")
-    print("|---|---|---|---|---|")
-    for name, r in results.items():
-        print(
-            f"| {name} | {r['compile_s']:.2f} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
-            f"{r['max_s']:.3f} |"
-        )
+    print(w.table(results))
 
 
 if __name__ == "__main__":

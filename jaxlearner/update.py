@@ -175,7 +175,7 @@ def _make_step(
             )
             results = {m: (None, grads[m], {}) for m in trained}
 
-        new_modules, metrics, finite = {}, {}, jnp.isfinite(total)
+        new_modules, metrics = {}, {}
         for m in trained:
             loss, grads_by_optimizer, loss_metrics = results[m]
             new_modules[m], optimizer_metrics = _apply_optimizers(
@@ -189,18 +189,19 @@ def _make_step(
             }
             for additional in specs[m].updates_after("grad_step"):
                 new_modules[m] = additional.fn(new_modules[m], metrics[m])
-            finite &= _all_finite(grads_by_optimizer)
         metrics[ALL_MODULES] = {"total_loss": total, **all_metrics}
 
-        if config.skip_nonfinite:
+        skipped = state.skipped_steps
+        if config.skip_nonfinite:  # static: the check costs nothing when it is off
+            finite = jnp.isfinite(total) & _all_finite([r[1] for r in results.values()])
             old = {m: state.modules[m] for m in trained}
             new_modules = select_tree(finite, new_modules, old)
+            skipped = skipped + (~finite).astype(jnp.int32)
         return (
             state.replace(
                 modules={**state.modules, **new_modules},
                 grad_steps=state.grad_steps + 1,
-                skipped_steps=state.skipped_steps
-                + jnp.asarray(config.skip_nonfinite & ~finite, jnp.int32),
+                skipped_steps=skipped,
             ),
             metrics,
         )
