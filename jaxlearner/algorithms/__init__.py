@@ -1,8 +1,8 @@
-"""Built-in algorithms: PPO (more to come), each a recipe around the generic Learner.
+"""Built-in algorithms: PPO, DQN and SAC, each a recipe around the generic Learner.
 
 Each algorithm is a typed config plus a ``build(observation_space,
 action_space, config) -> Algorithm`` function; the shorthand
-``jl.algorithms.ppo(...)`` returns just the :class:`~jaxlearner.Learner`.
+``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the :class:`~jaxlearner.Learner`.
 A built-in learner carries a JSON recipe, so :func:`algorithm_for` can
 recover its act and postprocess functions, and a checkpoint can rebuild it.
 
@@ -22,16 +22,24 @@ from typing import Any
 
 import gymnasium
 
+from jaxlearner.algorithms import dqn as _dqn
 from jaxlearner.algorithms import ppo as _ppo
+from jaxlearner.algorithms import sac as _sac
 from jaxlearner.algorithms.algorithm import Algorithm
 from jaxlearner.algorithms.config import config_from_json
+from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
+from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
 from jaxlearner.learner import Learner
 from jaxlearner.registry import register_recipe
 from jaxlearner.spaces import space_from_json
 
-BUILDERS: dict[str, Callable[..., Algorithm]] = {"ppo": _ppo.build}
-CONFIGS: dict[str, type] = {"ppo": PPOConfig}
+BUILDERS: dict[str, Callable[..., Algorithm]] = {
+    "ppo": _ppo.build,
+    "dqn": _dqn.build,
+    "sac": _sac.build,
+}
+CONFIGS: dict[str, type] = {"ppo": PPOConfig, "dqn": DQNConfig, "sac": SACConfig}
 
 
 def build(
@@ -91,10 +99,16 @@ for _name in BUILDERS:
 
 __all__ = [
     "Algorithm",
+    "DQNConfig",
     "PPOConfig",
+    "SACConfig",
     "algorithm_for",
     "build",
+    "dqn",
+    "dqn_loss",
     "from_recipe",
     "ppo",
     "ppo_loss",
+    "sac",
+    "sac_loss",
 ]

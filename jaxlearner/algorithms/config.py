@@ -125,3 +125,10 @@ def check_schedule(owner: str, **values: Any) -> None:
             as_schedule(value, f"{owner}.{name}")
         except (TypeError, ValueError) as error:
             raise type(error)(str(error)) from None
+
+
+def freeze_schedule(value: Any) -> Any:
+    """A piecewise list ``[[t, v], ...]`` as nested tuples (hashable, equal after JSON)."""
+    if isinstance(value, list | tuple) and all(isinstance(p, list | tuple) for p in value):
+        return tuple(tuple(point) for point in value)
+    return value

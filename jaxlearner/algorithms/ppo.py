@@ -53,6 +53,7 @@ from jaxlearner.algorithms.config import (
     check_positive_int,
     check_schedule,
     config_to_json,
+    freeze_schedule,
     make_config,
 )
 from jaxlearner.context import LossContext
@@ -120,6 +121,8 @@ class PPOConfig:
                 f"PPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for name in ("lr", "clip_param", "entropy_coeff"):
+            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
 
 
 def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):

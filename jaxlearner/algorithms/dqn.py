@@ -1,0 +1,380 @@
+"""DQN with RLlib's semantics: double-Q, dueling, n-step targets, Huber loss, target network.
+
+Mnih et al. 2015, https://www.nature.com/articles/nature14236; double Q-learning
+(van Hasselt et al. 2016, https://arxiv.org/abs/1509.06461); dueling networks
+(Wang et al. 2016, https://arxiv.org/abs/1511.06581). Field names and defaults
+follow RLlib's ``DQNConfig`` (new API stack):
+
+============================================  ==============  ==================================
+field                                         default         meaning (RLlib's name if different)
+============================================  ==============  ==================================
+``lr``                                        5e-4            Adam learning rate (schedulable)
+``adam_epsilon``                              1e-8            Adam's epsilon
+``gamma``                                     0.99            discount
+``train_batch_size``                          32              rows sampled per update
+``replay_buffer_capacity``                    50000           ``replay_buffer_config`` capacity
+``num_steps_sampled_before_learning_starts``  1000            env steps before the first update
+``training_intensity``                        None            rows trained on per env step
+                                                              (None: one update per env step)
+``rollout_fragment_length``                   4               env steps per sub-env and iteration
+``target_network_update_freq``                500             env steps between target updates
+``tau``                                       1.0             1: copy; < 1: one polyak step per
+                                                              target update (schedulable)
+``n_step``                                    1               n-step targets
+``double_q``                                  True            online argmax, target evaluation
+``dueling``                                   True            value + advantage streams
+``hidden_sizes``                              (256, 256)      ``fcnet_hiddens``
+``activation``                                "relu"          ``fcnet_activation``
+``epsilon``                                   ((0, 1.0),      epsilon-greedy: a piecewise schedule
+                                              (10000, 0.05))  over env steps, or a constant
+``td_error_loss_fn``                          "huber"         or "mse"
+``grad_clip``                                 40.0            clip threshold, or None
+``grad_clip_by``                              "global_norm"   "value", "norm" or "global_norm"
+============================================  ==============  ==================================
+
+RLlib's dueling streams have a hidden layer of 256 units each (``hiddens``);
+here they are linear heads on the encoder's features.
+
+The loss is ``mean(mask * L(Q(s, a) - y))`` with ``L`` the Huber loss (delta
+1) or the squared error and the target
+``y = rewards + discounts * Q_target(s', argmax_a' Q(s', a'))`` (double-Q;
+without it, ``max_a' Q_target(s', a')``); ``rewards`` and ``discounts`` hold
+the n-step window of each replay row (see
+:mod:`jaxlearner.algorithms.off_policy`).
+
+Design decisions:
+
+* **Epsilon** is the module hyperparameter ``"epsilon"``: an RLlib-style
+  list is a piecewise schedule over the module's ``env_steps`` counter. The
+  explore function evaluates the schedule at ``module.env_steps`` itself
+  (the value in ``module.hyperparams`` is only refreshed inside ``update`` and
+  lags one update); a constant is read from the state, so it can be edited or
+  swept there. ``module.env_steps`` counts the env steps passed to
+  ``update``: pass the steps sampled since the previous update (the trainer
+  does), so the schedule runs over sampled env steps as RLlib's does.
+* **Target network**: ``extra["target_params"]``, all the Q-network's params.
+  After each ``update``, once ``target_network_update_freq`` env steps (the
+  ``env_steps`` counter) have passed since the last target update, ``tau == 1``
+  copies the params (:func:`~jaxlearner.periodic_copy`) and ``tau < 1`` takes
+  one polyak step ``target <- tau * params + (1 - tau) * target``, RLlib's
+  ``sync_target_networks(tau)`` at that frequency. Use
+  ``target_network_update_freq=1`` for a polyak step after every update.
+* **Training intensity**: ``Algorithm.updates_per_step`` is
+  ``training_intensity / train_batch_size``; ``None`` means one update per env
+  step, RLlib's natural ratio for one environment.
+* **Rollouts** are ``rollout_fragment_length`` steps per sub-environment per
+  iteration, then ``updates_per_step`` updates per env step collected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlearner.additional_updates import AdditionalUpdate, periodic_copy
+from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.config import (
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_schedule,
+    config_to_json,
+    freeze_schedule,
+    make_config,
+)
+from jaxlearner.algorithms.off_policy import (
+    TD_ERROR_LOSSES,
+    check_choice,
+    check_non_negative_int,
+    check_optional_positive,
+    masked_mean,
+    replay_layout,
+    replay_transitions,
+    td_error_loss,
+    updates_per_step,
+)
+from jaxlearner.context import LossContext
+from jaxlearner.learner import Learner
+from jaxlearner.models import q_network
+from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.schedules import ScheduleLike, current_value
+from jaxlearner.spaces import space_to_json
+from jaxlearner.state import ModuleState
+from jaxlearner.types import Batch, Params
+
+MODULE_ID = "default_policy"
+TARGET = "target_params"
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """DQN's configuration; see the module docstring for each field and RLlib's default."""
+
+    lr: ScheduleLike = 5e-4
+    adam_epsilon: float = 1e-8
+    gamma: float = 0.99
+    train_batch_size: int = 32
+    replay_buffer_capacity: int = 50_000
+    num_steps_sampled_before_learning_starts: int = 1000
+    training_intensity: float | None = None
+    rollout_fragment_length: int = 4
+    target_network_update_freq: int = 500
+    tau: ScheduleLike = 1.0
+    n_step: int = 1
+    double_q: bool = True
+    dueling: bool = True
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+    epsilon: ScheduleLike = ((0, 1.0), (10_000, 0.05))
+    td_error_loss_fn: str = "huber"
+    grad_clip: float | None = 40.0
+    grad_clip_by: str = "global_norm"
+
+    def __post_init__(self) -> None:
+        owner = "DQNConfig"
+        for name in ("lr", "tau", "epsilon"):
+            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        check_schedule(owner, lr=self.lr, tau=self.tau, epsilon=self.epsilon)
+        check_fraction(owner, gamma=self.gamma)
+        if isinstance(self.tau, int | float) and not 0 < self.tau <= 1:
+            raise ValueError(f"{owner}.tau must lie in (0, 1]; got {self.tau!r}.")
+        check_positive(owner, adam_epsilon=self.adam_epsilon)
+        check_positive_int(
+            owner,
+            train_batch_size=self.train_batch_size,
+            replay_buffer_capacity=self.replay_buffer_capacity,
+            rollout_fragment_length=self.rollout_fragment_length,
+            target_network_update_freq=self.target_network_update_freq,
+            n_step=self.n_step,
+        )
+        check_non_negative_int(
+            owner,
+            num_steps_sampled_before_learning_starts=self.num_steps_sampled_before_learning_starts,
+        )
+        check_optional_positive(
+            owner, training_intensity=self.training_intensity, grad_clip=self.grad_clip
+        )
+        check_choice(owner, "td_error_loss_fn", self.td_error_loss_fn, TD_ERROR_LOSSES)
+        check_choice(owner, "grad_clip_by", self.grad_clip_by, CLIP_MODES)
+        if self.replay_buffer_capacity < self.train_batch_size:
+            raise ValueError(
+                f"{owner}.replay_buffer_capacity ({self.replay_buffer_capacity}) is smaller "
+                f"than train_batch_size ({self.train_batch_size})."
+            )
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+
+
+def dqn_loss(double_q: bool = True, td_error_loss_fn: str = "huber"):
+    """DQN's TD loss; ``loss(params, batch, ctx)``.
+
+    The batch holds ``[B]`` replay rows ``obs``, ``actions`` (int indices),
+    ``rewards``, ``next_obs``, ``discounts`` and ``mask`` (see
+    :mod:`jaxlearner.algorithms.off_policy`); the target network's params are
+    ``ctx.extra["target_params"]`` and ``ctx.apply(params, obs)`` returns
+    Q-values ``[B, num_actions]``.
+
+    Args:
+      double_q: pick the next action with the online network and evaluate it
+        with the target network (else ``max`` of the target network).
+      td_error_loss_fn: ``"huber"`` (delta 1) or ``"mse"``.
+
+    Returns:
+      A loss returning ``(total, metrics)`` with ``qf_mean``, ``qf_max``,
+      ``qf_min``, ``td_error_mean`` (mean absolute TD error) and
+      ``target_mean``.
+
+    Raises:
+      ValueError: for an unknown ``td_error_loss_fn``.
+
+    Example:
+      >>> loss = dqn_loss(double_q=True)
+      >>> value, metrics = loss(params, batch, ctx)      # doctest: +SKIP
+    """
+    check_choice("dqn_loss", "td_error_loss_fn", td_error_loss_fn, TD_ERROR_LOSSES)
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        rows = obs.shape[0]
+        if double_q:
+            # One pass of the online network over obs and next_obs together.
+            q_both = ctx.apply(params, jnp.concatenate([obs, next_obs]))
+            q, next_q_online = q_both[:rows], q_both[rows:]
+        else:
+            q = ctx.apply(params, obs)
+        next_q_target = ctx.apply(ctx.extra[TARGET], next_obs)
+        next_action = jnp.argmax(next_q_online if double_q else next_q_target, axis=-1)
+        next_value = jnp.take_along_axis(next_q_target, next_action[:, None], axis=-1)[:, 0]
+        target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
+        actions = batch["actions"].astype(jnp.int32)
+        q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
+        td_error = q_taken - target
+        mask = batch["mask"]
+        total = masked_mean(td_error_loss(td_error, td_error_loss_fn), mask)
+        valid = mask > 0
+        return total, {
+            "qf_mean": masked_mean(q_taken, mask),
+            "qf_max": jnp.max(jnp.where(valid, q_taken, -jnp.inf)),
+            "qf_min": jnp.min(jnp.where(valid, q_taken, jnp.inf)),
+            "td_error_mean": masked_mean(jnp.abs(td_error), mask),
+            "target_mean": masked_mean(target, mask),
+        }
+
+    return loss
+
+
+def periodic_polyak_update(period: int, tau: ScheduleLike) -> AdditionalUpdate:
+    """One polyak step of ``extra["target_params"]`` every ``period`` env steps.
+
+    After an update, if ``env_steps - last >= period``:
+    ``target <- tau * params + (1 - tau) * target`` and ``last = env_steps``
+    (RLlib's DQN with ``tau < 1``). ``tau`` is the traced hyperparameter
+    ``"tau"``. The ``extra`` entries match :func:`~jaxlearner.periodic_copy`'s.
+    """
+    last_key = f"{TARGET}_last_update"
+
+    def fn(module: ModuleState, metrics: Any) -> ModuleState:
+        del metrics
+        now = module.env_steps
+        due = now - module.extra[last_key] >= period
+        stepped = optax.incremental_update(
+            module.params, module.extra[TARGET], module.hyperparams["tau"]
+        )
+        target = jax.tree.map(
+            lambda new, old: jnp.where(due, new, old), stepped, module.extra[TARGET]
+        )
+        last = jnp.where(due, now, module.extra[last_key])
+        return module.replace(extra={**module.extra, TARGET: target, last_key: last})
+
+    return AdditionalUpdate(
+        fn,
+        after="update",
+        init_extra=lambda params: {
+            TARGET: jax.tree.map(jnp.array, params),
+            last_key: jnp.zeros((), jnp.int32),
+        },
+        hyperparams={"tau": tau},
+    )
+
+
+def build(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: DQNConfig | dict[str, Any] | None = None,
+) -> Algorithm:
+    """DQN's :class:`~jaxlearner.algorithms.Algorithm` (learner, epsilon-greedy, transitions).
+
+    Args:
+      observation_space: one environment's observation space.
+      action_space: a ``Discrete`` space (a ``start`` offset is added to the
+        actions sent to the environment; the index is trained on).
+      config: a :class:`DQNConfig`, a dict of its fields, or ``None``.
+
+    Raises:
+      ValueError: on unknown config fields (valid names listed) or invalid values.
+      TypeError: for an action space that is not ``Discrete``.
+
+    Example:
+      >>> algorithm = jl.algorithms.build(
+      ...     "dqn", env.observation_space, env.action_space)  # doctest: +SKIP
+    """
+    config = make_config(DQNConfig, config)
+    model = q_network(
+        observation_space, action_space, config.hidden_sizes, config.activation, config.dueling
+    )
+    num_actions, start = int(action_space.n), int(action_space.start)
+    if config.tau == 1.0:
+        target_update = periodic_copy(config.target_network_update_freq, "env_steps", TARGET)
+    else:
+        target_update = periodic_polyak_update(config.target_network_update_freq, config.tau)
+    spec = ModuleSpec(
+        model,
+        dqn_loss(config.double_q, config.td_error_loss_fn),
+        Optimizer(
+            optax.adam,
+            learning_rate=config.lr,
+            grad_clip=config.grad_clip,
+            grad_clip_by=config.grad_clip_by,
+            hyperparams={"eps": config.adam_epsilon},
+        ),
+        hyperparams={"epsilon": config.epsilon},
+        additional_updates=[target_update],
+        init_input=lambda batch: batch["obs"],
+        metric_reductions={"qf_max": "max", "qf_min": "min"},
+    )
+    learner = Learner(
+        {MODULE_ID: spec},
+        minibatch_size=None,
+        num_epochs=1,
+        shuffle=False,
+        batch_layout={MODULE_ID: replay_layout(observation_space, (), jnp.int32)},
+        recipe={
+            "algorithm": "dqn",
+            "config": config_to_json(config),
+            "observation_space": space_to_json(observation_space),
+            "action_space": space_to_json(action_space),
+        },
+    )
+
+    def env_actions(actions: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        if start == 0:
+            return actions, {}
+        return actions + start, {"actions": actions}
+
+    def explore(module: ModuleState, obs: jax.Array, key: jax.Array):
+        epsilon = current_value(
+            config.epsilon, module.hyperparams["epsilon"], module.counters, "epsilon"
+        )
+        greedy = jnp.argmax(model.apply(module.params, obs), axis=-1).astype(jnp.int32)
+        random_key, coin_key = jax.random.split(key)
+        random = jax.random.randint(random_key, greedy.shape, 0, num_actions, jnp.int32)
+        explore_now = jax.random.uniform(coin_key, greedy.shape) < epsilon
+        return env_actions(jnp.where(explore_now, random, greedy))
+
+    def exploit(module: ModuleState, obs: jax.Array, key: jax.Array):
+        del key
+        return env_actions(jnp.argmax(model.apply(module.params, obs), -1).astype(jnp.int32))
+
+    def transitions(experience: Experience) -> Batch:
+        return replay_transitions(experience, config.n_step, config.gamma, jnp.int32)
+
+    return Algorithm(
+        name="dqn",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=explore,
+        exploit=exploit,
+        on_policy=False,
+        transitions=transitions,
+        rollout_steps=lambda num_envs: config.rollout_fragment_length,
+        replay_capacity=config.replay_buffer_capacity,
+        train_batch_size=config.train_batch_size,
+        learning_starts=config.num_steps_sampled_before_learning_starts,
+        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+    )
+
+
+def dqn(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: DQNConfig | dict[str, Any] | None = None,
+) -> Learner:
+    """A DQN :class:`~jaxlearner.Learner` for the two spaces.
+
+    The learner has one module, ``"default_policy"``, trains on whole
+    replay batches (one gradient step per ``update``) and knows its batch
+    layout, so ``learner.init(key)`` needs no sample batch.
+
+    Example:
+      >>> import gymnasium as gym, jax, jaxlearner as jl
+      >>> env = gym.make("CartPole-v1")
+      >>> learner = jl.algorithms.dqn(env.observation_space, env.action_space, {"lr": 1e-3})
+      >>> state = learner.init(jax.random.key(0))
+    """
+    return build(observation_space, action_space, config).learner

@@ -1,0 +1,166 @@
+"""What DQN and SAC share: replay rows from rollouts, training intensity, config checks.
+
+Both algorithms store the same row in their replay buffer, built by
+:func:`replay_transitions` from a ``[T, N]`` rollout:
+
+==============  ==============  ======================================================
+column          shape, dtype    meaning
+==============  ==============  ======================================================
+``obs``         ``[*obs]``      the observation the action was taken in
+``actions``     ``[*action]``   the action trained on (int32 index or float32 vector)
+``rewards``     float32         ``sum_{k<m} gamma^k r[t + k]``, the window's rewards
+``next_obs``    ``[*obs]``      the observation to bootstrap from, ``m`` steps later
+``discounts``   float32         ``gamma^m``, or 0 when the window ended in a termination
+``mask``        float32         1 for a real transition, 0 for a reset-only step
+==============  ==============  ======================================================
+
+so every target is ``rewards + discounts * V(next_obs)``, for any window
+length ``m``. The window of row ``t`` covers at most ``n_step`` steps and is
+cut short by an episode end (terminated or truncated: a truncated window
+bootstraps on the episode's final observation) and by the end of the rollout:
+the last rows of each rollout hold shorter windows, which are still correct
+targets, with fewer real rewards. Collect rollouts several times longer than
+``n_step`` to keep most windows whole.
+
+Rows are never dropped, so shapes stay static (one compilation) and the buffer
+sees ``T * N`` rows per rollout; rows of reset-only steps (gymnasium's
+``NEXT_STEP`` autoreset, ``valid`` False) get ``mask`` 0, and the losses
+average over ``mask``. The :class:`~jaxlearner.env_runner.EnvRunner`'s own
+environments autoreset in the same step, so there all rows are valid.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.algorithms.algorithm import Experience
+from jaxlearner.returns import n_step_rewards
+from jaxlearner.spaces import zero_observation
+from jaxlearner.types import Batch
+
+TD_ERROR_LOSSES: tuple[str, ...] = ("huber", "mse")
+"""``td_error_loss_fn`` values: Huber with delta 1 (``0.5 x^2`` inside ``|x| < 1``) or ``x^2``."""
+
+
+def replay_transitions(
+    experience: Experience, n_step: int, gamma: float, action_dtype: Any
+) -> Batch:
+    """A ``[T, N]`` rollout as ``T * N`` replay rows (see the module docstring).
+
+    Args:
+      experience: ``[T, N, ...]`` arrays ``obs``, ``actions``, ``rewards``,
+        ``terminated``, ``truncated``, ``next_obs`` and ``valid``; other keys
+        (act extras) are ignored.
+      n_step: the longest window, a positive Python int (static).
+      gamma: the discount in ``[0, 1]``.
+      action_dtype: the dtype actions are stored in (int32 or float32).
+
+    Returns:
+      ``{"obs", "actions", "rewards", "next_obs", "discounts", "mask"}``, each
+      ``[T * N, ...]`` in time-major order (row ``t * N + n`` is step ``t`` of
+      environment ``n``).
+
+    Example:
+      >>> experience = {"obs": jnp.zeros((3, 1, 2)), "next_obs": jnp.ones((3, 1, 2)),
+      ...               "actions": jnp.zeros((3, 1), jnp.int32), "rewards": jnp.ones((3, 1)),
+      ...               "terminated": jnp.zeros((3, 1), bool),
+      ...               "truncated": jnp.zeros((3, 1), bool), "valid": jnp.ones((3, 1), bool)}
+      >>> rows = replay_transitions(experience, n_step=2, gamma=0.5, action_dtype=jnp.int32)
+      >>> rows["rewards"].tolist(), rows["discounts"].tolist()   # the last window is cut
+      ([1.5, 1.5, 1.0], [0.25, 0.25, 0.5])
+    """
+    rewards = jnp.asarray(experience["rewards"], jnp.float32)
+    steps, envs = rewards.shape
+    window = n_step_rewards(
+        rewards, experience["terminated"], experience["truncated"], n_step, gamma
+    )
+    next_obs = jnp.asarray(experience["next_obs"])
+    if n_step > 1:
+        # Row t bootstraps on the next observation of the window's last step.
+        next_obs = next_obs[window.bootstrap_index, jnp.arange(envs)[None, :]]
+    rows = {
+        "obs": jnp.asarray(experience["obs"]),
+        "actions": jnp.asarray(experience["actions"]).astype(action_dtype),
+        "rewards": window.rewards.astype(jnp.float32),
+        "next_obs": next_obs,
+        "discounts": window.discount_t.astype(jnp.float32),
+        "mask": jnp.asarray(experience["valid"]).astype(jnp.float32),
+    }
+    return jax.tree.map(lambda x: x.reshape(steps * envs, *x.shape[2:]), rows)
+
+
+def replay_layout(
+    observation_space: Any, action_shape: tuple[int, ...], action_dtype: Any
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """The trailing shapes and dtypes of :func:`replay_transitions`' rows (a batch layout)."""
+    obs = zero_observation(observation_space)
+    row = jax.ShapeDtypeStruct((), np.float32)
+    observation = jax.ShapeDtypeStruct(obs.shape, obs.dtype)
+    return {
+        "obs": observation,
+        "actions": jax.ShapeDtypeStruct(action_shape, np.dtype(action_dtype)),
+        "rewards": row,
+        "next_obs": observation,
+        "discounts": row,
+        "mask": row,
+    }
+
+
+def updates_per_step(training_intensity: float | None, train_batch_size: int) -> float:
+    """Gradient updates per env step for RLlib's ``training_intensity``.
+
+    ``training_intensity`` is the ratio of rows replayed (trained on) to env
+    steps sampled, so each update of ``train_batch_size`` rows accounts for
+    ``train_batch_size / training_intensity`` env steps. ``None`` is one update
+    per env step: RLlib's "natural" intensity for one environment stepped one
+    step per iteration (its ``rollout_fragment_length="auto"`` with
+    ``n_step=1``).
+    """
+    if training_intensity is None:
+        return 1.0
+    return float(training_intensity) / train_batch_size
+
+
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """``sum(x * mask) / max(sum(mask), 1)`` over all axes."""
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def td_error_loss(td_error: jax.Array, kind: str) -> jax.Array:
+    """Elementwise ``huber`` (delta 1) or ``mse`` (squared error) loss of TD errors."""
+    if kind == "huber":
+        magnitude = jnp.abs(td_error)
+        return jnp.where(magnitude < 1.0, 0.5 * td_error**2, magnitude - 0.5)
+    return td_error**2
+
+
+def check_non_negative_int(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is an int ``>= 0``."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{owner}.{name} must be a non-negative int; got {value!r}.")
+
+
+def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raises ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{owner}.{name} must be one of {choices}; got {value!r}.")
+
+
+def check_optional_positive(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is ``None`` or a positive finite number."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ValueError(f"{owner}.{name} must be a positive number or None; got {value!r}.")

@@ -1,0 +1,479 @@
+"""SAC with RLlib's semantics: twin critics, polyak targets, learned temperature.
+
+Haarnoja et al. 2018, https://arxiv.org/abs/1801.01290 and
+https://arxiv.org/abs/1812.05905; discrete actions as in Christodoulou 2019,
+https://arxiv.org/abs/1910.07207. Field names and defaults follow RLlib's
+``SACConfig`` (new API stack):
+
+============================================  ===========  ===================================
+field                                         default      meaning (RLlib's name if different)
+============================================  ===========  ===================================
+``actor_lr``                                  3e-5         actor's Adam learning rate
+``critic_lr``                                 3e-4         critics' Adam learning rate
+``alpha_lr``                                  3e-4         temperature's Adam learning rate
+``gamma``                                     0.99         discount
+``tau``                                       5e-3         polyak step of the target critics
+                                                           after every gradient step
+``initial_alpha``                             1.0          initial temperature
+``target_entropy``                            "auto"       ``-dim(A)`` (Box) or
+                                                           ``0.98 * log(n)`` (Discrete)
+``train_batch_size``                          256          rows sampled per update
+``replay_buffer_capacity``                    1000000      ``replay_buffer_config["capacity"]``
+``num_steps_sampled_before_learning_starts``  1500         env steps before the first update
+``training_intensity``                        None         rows trained on per env step
+                                                           (None: one update per env step)
+``rollout_fragment_length``                   4            env steps per sub-env per iteration
+``n_step``                                    1            n-step targets
+``twin_q``                                    True         two critics, the smaller Q is used
+``hidden_sizes``                              (256, 256)   actor's and each critic's layers
+``activation``                                "relu"       ``fcnet_activation``
+``td_error_loss_fn``                          "huber"      critics' loss: "huber" or "mse"
+``grad_clip``                                 None         clip threshold for each optimizer
+``grad_clip_by``                              "global..."  "value", "norm" or "global_norm"
+============================================  ===========  ===================================
+
+The learning rates are schedulable. RLlib's actor learning rate is ten times
+smaller than the critic's (3e-5); the SAC papers use 3e-4 for all three.
+
+One module, ``"default_policy"`` (:func:`~jaxlearner.models.sac_networks`),
+with three named optimizers ``actor``, ``critic`` and ``temperature``, each
+following the gradient of its own term of the per-optimizer loss
+(:func:`sac_loss`). With ``alpha = exp(log_alpha)``, ``(a', logp')`` sampled
+from the policy at ``s'`` and ``(a~, logp~)`` at ``s``:
+
+* critic: ``sum_i mean(mask * L(Q_i(s, a) - y))`` with
+  ``y = rewards + discounts * (min_i Q_target_i(s', a') - alpha * logp')`` and
+  ``L`` the Huber loss (delta 1, RLlib's choice) or the squared error;
+* actor: ``mean(mask * (alpha * logp~ - min_i Q_i(s, a~)))``;
+* temperature: ``-mean(mask * log_alpha * (logp~ + target_entropy))``.
+
+For discrete actions the expectations over actions are exact sums over the
+policy's probabilities instead of samples.
+
+Design decisions:
+
+* **Target critics**: only the critics have targets, kept in
+  ``extra["target_critic"]`` (the ``critic`` subtree of the params) and moved
+  by one polyak step after every gradient step (:func:`critic_polyak_update`;
+  ``tau`` is the traced hyperparameter ``"tau"``). ``jl.polyak_update`` would
+  also average the actor and temperature, which the loss never reads.
+* **Gradients**: every term is written so that it depends only on its own
+  optimizer's params (the critics are frozen in the actor term, ``alpha`` in
+  the actor and critic terms, the log-probabilities in the temperature term);
+  the per-optimizer loss then makes each optimizer follow its own term. With
+  no path between terms, XLA prunes each optimizer's backward pass to its own
+  term, so the three cost about one backward pass of the summed loss
+  (``benchmarks/bench_off_policy.py`` measures both).
+* **Training intensity**, rollouts and replay rows: as for DQN (see
+  :mod:`jaxlearner.algorithms.dqn` and :mod:`jaxlearner.algorithms.off_policy`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlearner.additional_updates import AdditionalUpdate
+from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.config import (
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_schedule,
+    config_to_json,
+    freeze_schedule,
+    make_config,
+)
+from jaxlearner.algorithms.off_policy import (
+    TD_ERROR_LOSSES,
+    check_choice,
+    check_non_negative_int,
+    check_optional_positive,
+    masked_mean,
+    replay_layout,
+    replay_transitions,
+    td_error_loss,
+    updates_per_step,
+)
+from jaxlearner.context import LossContext
+from jaxlearner.distributions import DistributionSpec, make_distribution
+from jaxlearner.learner import Learner
+from jaxlearner.models import sac_networks
+from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.schedules import ScheduleLike
+from jaxlearner.spaces import space_to_json
+from jaxlearner.state import ModuleState
+from jaxlearner.types import Batch, Params
+
+MODULE_ID = "default_policy"
+TARGET = "target_critic"
+DISCRETE_TARGET_ENTROPY_SCALE = 0.98
+"""``target_entropy="auto"`` for ``Discrete(n)`` is this times ``log(n)`` (RLlib's old stack)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """SAC's configuration; see the module docstring for each field and RLlib's default."""
+
+    actor_lr: ScheduleLike = 3e-5
+    critic_lr: ScheduleLike = 3e-4
+    alpha_lr: ScheduleLike = 3e-4
+    gamma: float = 0.99
+    tau: ScheduleLike = 5e-3
+    initial_alpha: float = 1.0
+    target_entropy: float | str = "auto"
+    train_batch_size: int = 256
+    replay_buffer_capacity: int = 1_000_000
+    num_steps_sampled_before_learning_starts: int = 1500
+    training_intensity: float | None = None
+    rollout_fragment_length: int = 4
+    n_step: int = 1
+    twin_q: bool = True
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+    td_error_loss_fn: str = "huber"
+    grad_clip: float | None = None
+    grad_clip_by: str = "global_norm"
+
+    def __post_init__(self) -> None:
+        owner = "SACConfig"
+        for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
+            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        check_schedule(
+            owner,
+            actor_lr=self.actor_lr,
+            critic_lr=self.critic_lr,
+            alpha_lr=self.alpha_lr,
+            tau=self.tau,
+        )
+        check_fraction(owner, gamma=self.gamma)
+        if isinstance(self.tau, int | float) and not 0 < self.tau <= 1:
+            raise ValueError(f"{owner}.tau must lie in (0, 1]; got {self.tau!r}.")
+        check_positive(owner, initial_alpha=self.initial_alpha)
+        if self.target_entropy != "auto" and (
+            isinstance(self.target_entropy, bool)
+            or not isinstance(self.target_entropy, int | float)
+            or not math.isfinite(self.target_entropy)
+        ):
+            raise ValueError(
+                f"{owner}.target_entropy must be 'auto' or a finite number; got "
+                f"{self.target_entropy!r}."
+            )
+        check_positive_int(
+            owner,
+            train_batch_size=self.train_batch_size,
+            replay_buffer_capacity=self.replay_buffer_capacity,
+            rollout_fragment_length=self.rollout_fragment_length,
+            n_step=self.n_step,
+        )
+        check_non_negative_int(
+            owner,
+            num_steps_sampled_before_learning_starts=self.num_steps_sampled_before_learning_starts,
+        )
+        check_optional_positive(
+            owner, training_intensity=self.training_intensity, grad_clip=self.grad_clip
+        )
+        check_choice(owner, "td_error_loss_fn", self.td_error_loss_fn, TD_ERROR_LOSSES)
+        check_choice(owner, "grad_clip_by", self.grad_clip_by, CLIP_MODES)
+        if self.replay_buffer_capacity < self.train_batch_size:
+            raise ValueError(
+                f"{owner}.replay_buffer_capacity ({self.replay_buffer_capacity}) is smaller "
+                f"than train_batch_size ({self.train_batch_size})."
+            )
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+
+
+def target_entropy_for(action_space: gymnasium.Space, target_entropy: float | str) -> float:
+    """The target entropy: a number as given, or ``"auto"`` resolved for the space.
+
+    ``"auto"``: ``-prod(shape)`` for a ``Box`` (Haarnoja et al. 2018) and
+    ``0.98 * log(n)`` for ``Discrete(n)``, 98% of the uniform policy's entropy
+    (Christodoulou 2019).
+    """
+    if target_entropy != "auto":
+        return float(target_entropy)
+    if isinstance(action_space, gymnasium.spaces.Discrete):
+        return DISCRETE_TARGET_ENTROPY_SCALE * math.log(int(action_space.n))
+    return -float(math.prod(action_space.shape))
+
+
+def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
+    """SAC's per-optimizer loss; ``loss(params, batch, ctx)``.
+
+    The batch holds ``[B]`` replay rows ``obs``, ``actions``, ``rewards``,
+    ``next_obs``, ``discounts`` and ``mask`` (see
+    :mod:`jaxlearner.algorithms.off_policy`). ``ctx.apply`` is a
+    :class:`~jaxlearner.models.SACNetworks`' ``apply`` (methods ``policy``,
+    ``q_values``, ``log_alpha``); the target critics' params are
+    ``ctx.extra["target_critic"]`` and the target entropy is
+    ``ctx.hyperparams["target_entropy"]``. For ``Box`` actions, ``ctx.key`` is
+    split into ``(next_key, current_key)``: ``a'`` at ``s'`` is drawn with
+    ``next_key``, ``a~`` at ``s`` with ``current_key``.
+
+    Args:
+      distribution: the actor's distribution (``tanh_gaussian`` or ``categorical``).
+      td_error_loss_fn: the critics' loss, ``"huber"`` (delta 1) or ``"mse"``.
+
+    Returns:
+      A loss returning ``({"actor", "critic", "temperature"}, metrics)`` with
+      metrics ``policy_loss``, ``qf_loss``, ``alpha_loss``, ``alpha_value``,
+      ``logps`` (mean log-probability of the policy's actions at ``s``),
+      ``qf_mean``, ``qf_max``, ``qf_min``, ``td_error_mean`` and ``target_mean``.
+
+    Raises:
+      ValueError: for another distribution kind or ``td_error_loss_fn``.
+
+    Example:
+      >>> loss = sac_loss(DistributionSpec("tanh_gaussian", (1,), (-2.0,), (2.0,)))
+      >>> terms, metrics = loss(params, batch, ctx)       # doctest: +SKIP
+    """
+    if distribution.kind not in ("tanh_gaussian", "categorical"):
+        raise ValueError(
+            f"sac_loss supports 'tanh_gaussian' and 'categorical' actors; got "
+            f"{distribution.kind!r}."
+        )
+    check_choice("sac_loss", "td_error_loss_fn", td_error_loss_fn, TD_ERROR_LOSSES)
+    terms = _discrete_terms if distribution.is_discrete else _continuous_terms
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[dict, dict]:
+        mask = batch["mask"]
+        log_alpha = ctx.apply(params, method="log_alpha")
+        alpha = jax.lax.stop_gradient(jnp.exp(log_alpha))
+        rows = batch["obs"].shape[0]
+        # One actor pass over obs and next_obs together.
+        both = jnp.concatenate([batch["obs"], batch["next_obs"]])
+        dist_inputs = ctx.apply(params, both, method="policy")
+        critic = params["params"]["critic"]
+        nets = _Params(
+            live=params,
+            target={"params": {**params["params"], "critic": ctx.extra[TARGET]}},
+            frozen={"params": {**params["params"], "critic": jax.lax.stop_gradient(critic)}},
+        )
+        q_taken, next_value, actor_objective, logps = terms(
+            distribution, ctx, batch, (dist_inputs[:rows], dist_inputs[rows:]), alpha, nets
+        )
+        target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
+        td_errors = q_taken - target[None]  # [critics, B]
+        critic_loss = sum(
+            masked_mean(td_error_loss(td_errors[i], td_error_loss_fn), mask)
+            for i in range(td_errors.shape[0])
+        )
+        actor_loss = masked_mean(actor_objective, mask)
+        target_entropy = ctx.hyperparams["target_entropy"]
+        temperature_loss = -masked_mean(
+            log_alpha * jax.lax.stop_gradient(logps + target_entropy), mask
+        )
+        valid = mask > 0
+        return {"actor": actor_loss, "critic": critic_loss, "temperature": temperature_loss}, {
+            "policy_loss": actor_loss,
+            "qf_loss": critic_loss,
+            "alpha_loss": temperature_loss,
+            "alpha_value": alpha,
+            "logps": masked_mean(logps, mask),
+            "qf_mean": masked_mean(q_taken[0], mask),
+            "qf_max": jnp.max(jnp.where(valid, q_taken[0], -jnp.inf)),
+            "qf_min": jnp.min(jnp.where(valid, q_taken[0], jnp.inf)),
+            "td_error_mean": masked_mean(jnp.abs(td_errors).mean(0), mask),
+            "target_mean": masked_mean(target, mask),
+        }
+
+    return loss
+
+
+class _Params(NamedTuple):
+    """The module's params three ways: as they are, with target critics, with frozen critics."""
+
+    live: Params
+    target: Params
+    frozen: Params
+
+
+def _continuous_terms(
+    distribution: DistributionSpec,
+    ctx: LossContext,
+    batch: Batch,
+    dist_inputs: tuple[jax.Array, jax.Array],
+    alpha: jax.Array,
+    nets: _Params,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``Q_i(s, a) [C, B]``, ``E[min_i Q_target_i(s', a') - alpha logp'] [B]``, the actor's
+    objective ``alpha logp~ - min_i Q_i(s, a~) [B]`` and ``logp~ [B]``, with sampled actions."""
+    now, nxt = (make_distribution(distribution, x) for x in dist_inputs)
+    next_key, current_key = jax.random.split(ctx.key)
+    next_actions, next_logp = nxt.sample_and_log_prob(next_key)
+    next_q = ctx.apply(nets.target, batch["next_obs"], next_actions, method="q_values")
+    next_value = next_q.min(axis=0) - alpha * next_logp
+    q_taken = ctx.apply(nets.live, batch["obs"], batch["actions"], method="q_values")
+    actions, logps = now.sample_and_log_prob(current_key)
+    q_policy = ctx.apply(nets.frozen, batch["obs"], actions, method="q_values").min(axis=0)
+    return q_taken, next_value, alpha * logps - q_policy, logps
+
+
+def _discrete_terms(
+    distribution: DistributionSpec,
+    ctx: LossContext,
+    batch: Batch,
+    dist_inputs: tuple[jax.Array, jax.Array],
+    alpha: jax.Array,
+    nets: _Params,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """As :func:`_continuous_terms`, with exact expectations over the ``n`` actions; the last
+    output is ``sum_a pi(a|s) log pi(a|s)``, minus the policy's entropy."""
+    del distribution
+    log_probs, next_log_probs = (jax.nn.log_softmax(x, axis=-1) for x in dist_inputs)
+    next_q = ctx.apply(nets.target, batch["next_obs"], method="q_values").min(axis=0)
+    next_value = jnp.sum(jnp.exp(next_log_probs) * (next_q - alpha * next_log_probs), axis=-1)
+    q_all = ctx.apply(nets.live, batch["obs"], method="q_values")  # [C, B, n]
+    actions = batch["actions"].astype(jnp.int32)
+    index = jnp.broadcast_to(actions[None, :, None], (*q_all.shape[:-1], 1))
+    q_taken = jnp.take_along_axis(q_all, index, axis=-1)[..., 0]
+    probs = jnp.exp(log_probs)
+    q_policy = jax.lax.stop_gradient(q_all.min(axis=0))
+    actor_objective = jnp.sum(probs * (alpha * log_probs - q_policy), axis=-1)
+    return q_taken, next_value, actor_objective, jnp.sum(probs * log_probs, axis=-1)
+
+
+def critic_polyak_update(tau: ScheduleLike = 5e-3) -> AdditionalUpdate:
+    """Polyak step of the target critics after every gradient step.
+
+    ``extra["target_critic"] <- tau * params["params"]["critic"] + (1 - tau) *
+    extra["target_critic"]``, starting from a copy of the critics; ``tau`` is
+    the traced hyperparameter ``"tau"``.
+    """
+
+    def fn(module: ModuleState, metrics: Any) -> ModuleState:
+        del metrics
+        critic = module.params["params"]["critic"]
+        target = optax.incremental_update(critic, module.extra[TARGET], module.hyperparams["tau"])
+        return module.replace(extra={**module.extra, TARGET: target})
+
+    return AdditionalUpdate(
+        fn,
+        after="grad_step",
+        init_extra=lambda params: {TARGET: jax.tree.map(jnp.array, params["params"]["critic"])},
+        hyperparams={"tau": tau},
+    )
+
+
+def build(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: SACConfig | dict[str, Any] | None = None,
+) -> Algorithm:
+    """SAC's :class:`~jaxlearner.algorithms.Algorithm` (learner, act functions, transitions).
+
+    Args:
+      observation_space: one environment's observation space.
+      action_space: a bounded 1-D ``Box`` (tanh-Gaussian actor) or a
+        ``Discrete`` (categorical actor; a ``start`` offset is added to the
+        actions sent to the environment).
+      config: a :class:`SACConfig`, a dict of its fields, or ``None``.
+
+    Raises:
+      ValueError: on unknown config fields (valid names listed) or invalid values.
+      TypeError: for other action spaces.
+
+    Example:
+      >>> algorithm = jl.algorithms.build(
+      ...     "sac", env.observation_space, env.action_space)  # doctest: +SKIP
+    """
+    config = make_config(SACConfig, config)
+    model = sac_networks(
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        num_critics=2 if config.twin_q else 1,
+        initial_alpha=config.initial_alpha,
+    )
+    distribution = model.distribution
+    discrete = distribution.is_discrete
+    start = int(action_space.start) if discrete else 0
+
+    def optimizer(lr: ScheduleLike) -> Optimizer:
+        clip, clip_by = config.grad_clip, config.grad_clip_by
+        return Optimizer(optax.adam, learning_rate=lr, grad_clip=clip, grad_clip_by=clip_by)
+
+    spec = ModuleSpec(
+        model,
+        sac_loss(distribution, config.td_error_loss_fn),
+        optimizers={
+            "actor": optimizer(config.actor_lr),
+            "critic": optimizer(config.critic_lr),
+            "temperature": optimizer(config.alpha_lr),
+        },
+        hyperparams={"target_entropy": target_entropy_for(action_space, config.target_entropy)},
+        additional_updates=[critic_polyak_update(config.tau)],
+        init_input=lambda batch: batch["obs"],
+        metric_reductions={"qf_max": "max", "qf_min": "min"},
+    )
+    action_dtype = jnp.int32 if discrete else jnp.float32
+    learner = Learner(
+        {MODULE_ID: spec},
+        minibatch_size=None,
+        num_epochs=1,
+        shuffle=False,
+        batch_layout={
+            MODULE_ID: replay_layout(observation_space, distribution.action_shape, action_dtype)
+        },
+        recipe={
+            "algorithm": "sac",
+            "config": config_to_json(config),
+            "observation_space": space_to_json(observation_space),
+            "action_space": space_to_json(action_space),
+        },
+    )
+
+    def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
+        policy = make_distribution(distribution, model.apply(module.params, obs, method="policy"))
+        actions = policy.mode() if deterministic else policy.sample(key)
+        if start == 0:
+            return actions, {}
+        return actions + start, {"actions": actions}
+
+    def transitions(experience: Experience) -> Batch:
+        return replay_transitions(experience, config.n_step, config.gamma, action_dtype)
+
+    return Algorithm(
+        name="sac",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=lambda module, obs, key: act(module, obs, key, False),
+        exploit=lambda module, obs, key: act(module, obs, key, True),
+        on_policy=False,
+        transitions=transitions,
+        rollout_steps=lambda num_envs: config.rollout_fragment_length,
+        replay_capacity=config.replay_buffer_capacity,
+        train_batch_size=config.train_batch_size,
+        learning_starts=config.num_steps_sampled_before_learning_starts,
+        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+    )
+
+
+def sac(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: SACConfig | dict[str, Any] | None = None,
+) -> Learner:
+    """A SAC :class:`~jaxlearner.Learner` for the two spaces.
+
+    The learner has one module, ``"default_policy"``, with optimizers
+    ``actor``, ``critic`` and ``temperature``; it trains on whole replay
+    batches (one gradient step per ``update``) and knows its batch layout, so
+    ``learner.init(key)`` needs no sample batch.
+
+    Example:
+      >>> import gymnasium as gym, jax, jaxlearner as jl
+      >>> env = gym.make("Pendulum-v1")
+      >>> learner = jl.algorithms.sac(env.observation_space, env.action_space)
+      >>> state = learner.init(jax.random.key(0))
+    """
+    return build(observation_space, action_space, config).learner

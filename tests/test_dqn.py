@@ -1,0 +1,313 @@
+"""DQN: the loss against hand-computed values, transitions, exploration, target updates, recipe."""
+
+import chex
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import maybe_jit, tree_equal
+
+import jaxlearner as jl
+from jaxlearner import replay_buffer
+from jaxlearner.algorithms.dqn import dqn_loss
+from jaxlearner.env_runner import EnvRunner
+
+CARTPOLE = gym.make("CartPole-v1")
+SMALL = {"hidden_sizes": (8,), "num_steps_sampled_before_learning_starts": 0}
+
+# A tabular "network": observations are state indices, Q-values rows of a table.
+ONLINE = np.asarray([[1.0, 2.0], [0.5, -1.0], [3.0, 0.0]], np.float32)
+TARGET = np.asarray([[0.0, 0.0], [4.0, 2.0], [1.0, 5.0]], np.float32)
+BATCH = {
+    "obs": np.asarray([0, 1, 2, 0], np.int32),
+    "actions": np.asarray([1, 0, 1, 0], np.int32),
+    "rewards": np.asarray([1.0, 0.0, -0.5, 100.0], np.float32),
+    "next_obs": np.asarray([1, 2, 0, 0], np.int32),
+    "discounts": np.asarray([0.9, 0.5, 0.0, 0.9], np.float32),
+    "mask": np.asarray([1.0, 1.0, 1.0, 0.0], np.float32),
+}
+
+
+def table_context():
+    return jl.LossContext(
+        module_id="q",
+        apply=lambda params, obs: params["q"][obs],
+        key=jax.random.key(0),
+        extra={"target_params": {"q": jnp.asarray(TARGET)}},
+        hyperparams={},
+        counters={},
+    )
+
+
+# Row 0: Q(s0, 1) = 2. Double-Q picks argmax_a Q(s1, a) = 0 (0.5 > -1), evaluated by the
+#   target: 4 -> y = 1 + 0.9 * 4 = 4.6, TD error -2.6. (max_a Q_target(s1, a) = 4 too.)
+# Row 1: Q(s1, 0) = 0.5. Double-Q: argmax_a Q(s2, a) = 0 -> Q_target(s2, 0) = 1 -> y = 0.5,
+#   TD error 0. Without double-Q: max_a Q_target(s2, a) = 5 -> y = 2.5, TD error -2.
+# Row 2: terminal (discount 0): y = -0.5, Q(s2, 1) = 0, TD error 0.5.
+# Row 3 is masked out (mask 0) and must not count.
+# Huber (delta 1): |x| >= 1 -> |x| - 0.5, else 0.5 x^2; mse: x^2. Means over the 3 rows.
+@pytest.mark.parametrize(
+    "double_q, kind, expected, td_errors",
+    [
+        (True, "huber", (2.1 + 0.0 + 0.125) / 3, [-2.6, 0.0, 0.5]),
+        (True, "mse", (6.76 + 0.0 + 0.25) / 3, [-2.6, 0.0, 0.5]),
+        (False, "huber", (2.1 + 1.5 + 0.125) / 3, [-2.6, -2.0, 0.5]),
+        (False, "mse", (6.76 + 4.0 + 0.25) / 3, [-2.6, -2.0, 0.5]),
+    ],
+)
+def test_dqn_loss_matches_hand_computed_values(jit, double_q, kind, expected, td_errors):
+    loss = dqn_loss(double_q=double_q, td_error_loss_fn=kind)
+    ctx = table_context()
+    params = {"q": jnp.asarray(ONLINE)}
+    value, metrics = maybe_jit(lambda p, b: loss(p, b, ctx), jit)(params, BATCH)
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+    np.testing.assert_allclose(metrics["qf_mean"], (2.0 + 0.5 + 0.0) / 3, rtol=1e-6)
+    np.testing.assert_allclose(metrics["qf_max"], 2.0)
+    np.testing.assert_allclose(metrics["qf_min"], 0.0)
+    np.testing.assert_allclose(metrics["td_error_mean"], np.abs(td_errors).mean(), rtol=1e-6)
+    targets = np.asarray([2.0, 0.5, 0.0]) - np.asarray(td_errors)
+    np.testing.assert_allclose(metrics["target_mean"], targets.mean(), rtol=1e-6, atol=1e-7)
+
+
+def test_dqn_loss_gradient_reaches_only_the_taken_q_values(jit):
+    # Huber, double-Q: dL/dQ(s, a) = clip(TD error, -1, 1) / 3 on the taken entries only:
+    # row 0 -> Q(s0, 1): -1/3; row 1 -> Q(s1, 0): 0; row 2 -> Q(s2, 1): 0.5/3. The online
+    # network's Q(s', .) only picks the action (argmax) and gets no gradient; the masked
+    # row 3 -> Q(s0, 0) gets none either.
+    loss = dqn_loss()
+    ctx = table_context()
+    grads = maybe_jit(jax.grad(lambda p: loss(p, BATCH, ctx)[0]), jit)({"q": jnp.asarray(ONLINE)})
+    expected = np.zeros((3, 2), np.float32)
+    expected[0, 1], expected[2, 1] = -1 / 3, 0.5 / 3
+    np.testing.assert_allclose(grads["q"], expected, rtol=1e-6, atol=1e-8)
+
+
+def dqn_algorithm(config=None, action_space=CARTPOLE.action_space):
+    return jl.algorithms.build(
+        "dqn", CARTPOLE.observation_space, action_space, {**SMALL, **(config or {})}
+    )
+
+
+def hand_rollout():
+    """T = 4 steps of N = 2 envs. Env 0: rewards 1, 2, 3, 4, terminated at t = 1.
+    Env 1: rewards 10, 20, 30, 40, truncated at t = 2, and t = 3 is a reset-only step."""
+    steps, envs = 4, 2
+    obs = np.arange(steps * envs * 4, dtype=np.float32).reshape(steps, envs, 4)
+    terminated = np.zeros((steps, envs), bool)
+    truncated = np.zeros((steps, envs), bool)
+    terminated[1, 0], truncated[2, 1] = True, True
+    valid = np.ones((steps, envs), bool)
+    valid[3, 1] = False
+    return {
+        "obs": obs,
+        "actions": np.asarray([[0, 1], [1, 0], [1, 1], [0, 0]], np.int32),
+        "rewards": np.asarray([[1, 10], [2, 20], [3, 30], [4, 40]], np.float32),
+        "terminated": terminated,
+        "truncated": truncated,
+        "next_obs": obs + 1000.0,
+        "valid": valid,
+    }
+
+
+def test_transitions_one_step(jit):
+    algorithm = dqn_algorithm({"gamma": 0.5})
+    experience = hand_rollout()
+    rows = maybe_jit(algorithm.transitions, jit)(experience)
+    assert {k: v.shape for k, v in rows.items()} == {
+        "obs": (8, 4),
+        "actions": (8,),
+        "rewards": (8,),
+        "next_obs": (8, 4),
+        "discounts": (8,),
+        "mask": (8,),
+    }
+    assert rows["actions"].dtype == jnp.int32
+    # Time-major rows: row t * 2 + n is step t of env n.
+    np.testing.assert_array_equal(rows["obs"][3], experience["obs"][1, 1])
+    np.testing.assert_array_equal(rows["next_obs"], experience["next_obs"].reshape(8, 4))
+    np.testing.assert_array_equal(rows["rewards"], [1, 10, 2, 20, 3, 30, 4, 40])
+    # gamma, except 0 at env 0's termination (row 2); the truncation (row 5) bootstraps.
+    np.testing.assert_allclose(rows["discounts"], [0.5, 0.5, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(rows["mask"], [1, 1, 1, 1, 1, 1, 1, 0])
+
+
+def test_transitions_n_step_windows_stop_at_episode_and_rollout_ends(jit):
+    algorithm = dqn_algorithm({"gamma": 0.5, "n_step": 3})
+    experience = hand_rollout()
+    rows = maybe_jit(algorithm.transitions, jit)(experience)
+    # Env 0 (terminated at t = 1): t = 0 covers t = 0, 1 -> 1 + 0.5 * 2 = 2, no bootstrap;
+    #   t = 1 -> 2, no bootstrap; t = 2 covers 2, 3 (cut by the rollout's end) -> 3 + 0.5 * 4
+    #   = 5, bootstraps with 0.5^2 on next_obs[3]; t = 3 -> 4, with 0.5 on next_obs[3].
+    # Env 1 (truncated at t = 2): t = 0 covers 0..2 -> 10 + 10 + 7.5 = 27.5, bootstraps with
+    #   0.5^3 on next_obs[2] (the final observation); t = 1 -> 20 + 15 = 35 with 0.25 on
+    #   next_obs[2]; t = 2 -> 30 with 0.5; t = 3 (reset-only, masked) -> 40 with 0.5.
+    np.testing.assert_allclose(rows["rewards"], [2, 27.5, 2, 35, 5, 30, 4, 40])
+    np.testing.assert_allclose(rows["discounts"], [0, 0.125, 0, 0.25, 0.25, 0.5, 0.5, 0.5])
+    bootstrap = [(1, 0), (2, 1), (1, 0), (2, 1), (3, 0), (2, 1), (3, 0), (3, 1)]
+    expected_next = np.stack([experience["next_obs"][t, n] for t, n in bootstrap])
+    np.testing.assert_array_equal(rows["next_obs"], expected_next)
+    np.testing.assert_array_equal(rows["mask"], [1, 1, 1, 1, 1, 1, 1, 0])
+
+
+def test_explore_follows_the_epsilon_schedule_and_exploit_is_greedy():
+    algorithm = dqn_algorithm({"epsilon": [[0, 1.0], [1000, 0.0]]})
+    module = algorithm.learner.init(jax.random.key(0)).modules["default_policy"]
+    obs = jax.random.normal(jax.random.key(1), (4000, 4))
+    greedy, extras = algorithm.exploit(module, obs, jax.random.key(2))
+    assert extras == {} and greedy.dtype == jnp.int32
+    np.testing.assert_array_equal(greedy, algorithm.exploit(module, obs, jax.random.key(3))[0])
+
+    def differs(env_steps):
+        # Epsilon comes from the schedule at module.env_steps: a random action differs from
+        # the greedy one half of the time with two actions.
+        at = module.replace(env_steps=jnp.asarray(env_steps, jnp.int32))
+        actions, _ = algorithm.explore(at, obs, jax.random.key(4))
+        return float((actions != greedy).mean())
+
+    assert differs(0) == pytest.approx(0.5, abs=0.03)  # epsilon 1
+    assert differs(500) == pytest.approx(0.25, abs=0.03)  # epsilon 0.5
+    assert differs(1000) == 0.0  # epsilon 0: greedy
+
+
+def test_constant_epsilon_is_read_from_the_state():
+    algorithm = dqn_algorithm({"epsilon": 0.0})
+    module = algorithm.learner.init(jax.random.key(0)).modules["default_policy"]
+    obs = jax.random.normal(jax.random.key(1), (2000, 4))
+    greedy, _ = algorithm.exploit(module, obs, jax.random.key(2))
+    edited = module.replace(hyperparams={**module.hyperparams, "epsilon": jnp.float32(1.0)})
+    np.testing.assert_array_equal(algorithm.explore(module, obs, jax.random.key(3))[0], greedy)
+    random, _ = algorithm.explore(edited, obs, jax.random.key(3))
+    assert float((random != greedy).mean()) == pytest.approx(0.5, abs=0.04)
+
+
+def test_discrete_start_offsets_env_actions_but_trains_on_indices():
+    algorithm = dqn_algorithm(action_space=gym.spaces.Discrete(3, start=-1))
+    module = algorithm.learner.init(jax.random.key(0)).modules["default_policy"]
+    actions, extras = algorithm.explore(module, jnp.zeros((500, 4)), jax.random.key(1))
+    assert set(np.unique(actions)) == {-1, 0, 1}
+    np.testing.assert_array_equal(extras["actions"], actions + 1)
+    greedy, extras = algorithm.exploit(module, jnp.zeros((2, 4)), jax.random.key(1))
+    np.testing.assert_array_equal(greedy, extras["actions"] - 1)
+
+
+def replay_batch(size=32, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.normal(size=(size, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, size).astype(np.int32),
+        "rewards": np.ones(size, np.float32),
+        "next_obs": rng.normal(size=(size, 4)).astype(np.float32),
+        "discounts": np.full(size, 0.99, np.float32),
+        "mask": np.ones(size, np.float32),
+    }
+
+
+def test_target_network_is_copied_every_target_network_update_freq_env_steps():
+    learner = dqn_algorithm({"target_network_update_freq": 10}).learner
+    state = learner.init(jax.random.key(0))
+    initial = state.modules["default_policy"].params
+    batch = replay_batch()
+    for env_steps, copied in [(4, False), (4, False), (4, True), (4, False), (6, True)]:
+        state, _ = learner.update(state, batch, env_steps=env_steps)
+        module = state.modules["default_policy"]
+        if copied:
+            assert tree_equal(module.extra["target_params"], module.params)
+            initial = module.params
+        else:
+            assert tree_equal(module.extra["target_params"], initial)
+            assert not tree_equal(module.extra["target_params"], module.params)
+    # Copies at 12 and 22 env steps (the counter since the last copy reached 10).
+    assert int(state.modules["default_policy"].extra["target_params_last_update"]) == 22
+
+
+def test_tau_below_one_takes_a_polyak_step_at_each_target_update():
+    learner = dqn_algorithm({"target_network_update_freq": 5, "tau": 0.25}).learner
+    state = learner.init(jax.random.key(0))
+    old_target = state.modules["default_policy"].extra["target_params"]
+    state, _ = learner.update(state, replay_batch(), env_steps=3)  # not due
+    assert tree_equal(state.modules["default_policy"].extra["target_params"], old_target)
+    state, _ = learner.update(state, replay_batch(seed=1), env_steps=3)  # due at 6
+    module = state.modules["default_policy"]
+    expected = jax.tree.map(lambda p, t: 0.25 * p + 0.75 * t, module.params, old_target)
+    chex.assert_trees_all_close(module.extra["target_params"], expected, rtol=1e-6)
+    assert float(module.hyperparams["tau"]) == 0.25
+
+
+def test_config_validation_and_recipe_round_trip():
+    config = {
+        "lr": 1e-3,
+        "epsilon": [[0, 1.0], [500, 0.1]],
+        "training_intensity": 64,
+        "train_batch_size": 16,
+        "n_step": 3,
+    }
+    learner = jl.algorithms.dqn(CARTPOLE.observation_space, CARTPOLE.action_space, config)
+    assert learner.recipe["algorithm"] == "dqn" and learner.module_ids == ("default_policy",)
+    algorithm = jl.algorithms.algorithm_for(learner)
+    assert algorithm.learner is learner and algorithm.name == "dqn"
+    assert algorithm.config == jl.algorithms.DQNConfig(**config)
+    assert algorithm.config.epsilon == ((0, 1.0), (500, 0.1))
+    assert not algorithm.on_policy and algorithm.updates_per_step == 4.0
+    assert algorithm.replay_capacity == 50_000 and algorithm.train_batch_size == 16
+    assert algorithm.learning_starts == 1000 and algorithm.rollout_steps(8) == 4
+    default = jl.algorithms.build("dqn", CARTPOLE.observation_space, CARTPOLE.action_space)
+    assert default.updates_per_step == 1.0 and default.config.grad_clip == 40.0
+
+    with pytest.raises(ValueError, match=r"Unknown DQNConfig field\(s\) \['buffer_size'\]; valid"):
+        jl.algorithms.dqn(CARTPOLE.observation_space, CARTPOLE.action_space, {"buffer_size": 1})
+    for bad, message in [
+        ({"gamma": 1.5}, "DQNConfig.gamma must be a number in"),
+        ({"tau": 0.0}, r"DQNConfig.tau must lie in \(0, 1\]"),
+        ({"n_step": 0}, "DQNConfig.n_step must be a positive int"),
+        ({"td_error_loss_fn": "l1"}, "td_error_loss_fn must be one of \\('huber', 'mse'\\)"),
+        ({"training_intensity": -1}, "training_intensity must be a positive number or None"),
+        ({"num_steps_sampled_before_learning_starts": -1}, "must be a non-negative int"),
+        ({"replay_buffer_capacity": 16}, r"replay_buffer_capacity \(16\) is smaller"),
+        ({"epsilon": [[5, 1.0]]}, "Malformed piecewise schedule"),
+        ({"grad_clip_by": "max"}, "grad_clip_by must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            jl.algorithms.DQNConfig(**bad)
+    with pytest.raises(TypeError, match="Discrete action spaces only"):
+        jl.algorithms.dqn(CARTPOLE.observation_space, gym.spaces.Box(-1, 1, (2,)))
+
+
+def test_updates_on_replay_batches_from_an_env_runner_compile_once():
+    algorithm = dqn_algorithm({"train_batch_size": 16, "target_network_update_freq": 8})
+    learner, module_id = algorithm.learner, algorithm.module_id
+    state = learner.init(jax.random.key(0))
+    runner = EnvRunner("CartPole-v1", num_envs=2, seed=0)
+    rollout = runner.sample(algorithm.explore, state.modules[module_id], 16, jax.random.key(1))
+    experience = {
+        "obs": rollout.obs,
+        "actions": rollout.actions,
+        "rewards": rollout.rewards,
+        "terminated": rollout.terminated,
+        "truncated": rollout.truncated,
+        "next_obs": rollout.next_obs,
+        "valid": rollout.valid,
+        **rollout.extras,
+    }
+    rows = jax.jit(algorithm.transitions)(experience)
+    buffer = replay_buffer.replay_buffer_init(jax.tree.map(lambda x: x[0], rows), 64)
+    buffer = replay_buffer.add(buffer, rows)
+
+    chex.clear_trace_counter()  # counters are keyed by function id, which may be reused
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def replay_update(state, buffer, key, env_steps):
+        batch = replay_buffer.sample(buffer, key, algorithm.train_batch_size)
+        return learner.update_fn(state, {module_id: batch}, {module_id: env_steps})
+
+    for i, key in enumerate(jax.random.split(jax.random.key(2), 3)):
+        state, metrics = replay_update(state, buffer, key, np.int32(32 if i == 0 else 0))
+        assert np.isfinite(float(metrics[module_id]["total_loss"]))
+    module = state.modules[module_id]
+    assert int(module.grad_steps) == 3 and int(module.env_steps) == 32
+    assert not tree_equal(module.extra["target_params"], module.params)
+    assert int(module.extra["target_params_last_update"]) == 32
+    # The same rows through learner.update (validated, jitted once).
+    state, metrics = learner.update(state, replay_buffer.sample(buffer, jax.random.key(3), 16))
+    assert int(metrics["__all__"]["num_grad_steps"]) == 4
