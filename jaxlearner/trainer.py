@@ -160,13 +160,24 @@ class Trainer:
         update_fn = self.learner.update_fn if self._group is None else self._group.build_update()
         module_id, batch_size = algorithm.module_id, algorithm.train_batch_size
 
-        def replay_update(state, buffer, key, env_steps):
-            batch = replay_buffer.sample(buffer, key, batch_size)
-            return update_fn(state, {module_id: batch}, {module_id: env_steps})
+        def replay_updates(state, buffer, keys, env_steps):
+            # All of an iteration's updates in one compiled call; the env steps not yet
+            # counted are counted once, by the first update.
+            def one_update(state, inputs):
+                index, key = inputs
+                batch = replay_buffer.sample(buffer, key, batch_size)
+                steps = jax.numpy.where(index == 0, env_steps, 0)
+                return update_fn(state, {module_id: batch}, {module_id: steps})
 
-        self._replay_update = jax.jit(replay_update)
+            state, metrics = jax.lax.scan(
+                one_update, state, (jax.numpy.arange(keys.shape[0]), keys)
+            )
+            return state, jax.tree.map(lambda x: x[-1], metrics)
+
+        self._replay_updates = jax.jit(replay_updates, donate_argnums=0)
         self._buffer = None  # created from the first transitions
         self._updates_due = 0.0
+        self._uncounted_env_steps = 0
 
     @property
     def algorithm(self) -> Algorithm:
@@ -267,16 +278,20 @@ class Trainer:
             if self._group is not None:
                 self._buffer = jax.device_put(self._buffer, self._group.state_sharding)
         self._buffer = self._add(self._buffer, rows)
+        self._uncounted_env_steps += env_steps
         if self.counters.env_steps + env_steps < algorithm.learning_starts:
             return None
         self._updates_due += algorithm.updates_per_step * env_steps
         count, self._updates_due = int(self._updates_due), self._updates_due % 1.0
-        metrics = None
-        # The env steps this iteration collected are counted once, on its first update.
-        steps = np.int32(env_steps)
-        for update_key in jax.random.split(key, max(count, 1))[:count]:
-            self._state, metrics = self._replay_update(self._state, self._buffer, update_key, steps)
-            steps = np.int32(0)
+        if count == 0:
+            return None
+        self._state, metrics = self._replay_updates(
+            self._state,
+            self._buffer,
+            jax.random.split(key, count),
+            np.int32(self._uncounted_env_steps),
+        )
+        self._uncounted_env_steps = 0
         return metrics
 
     def eval(
@@ -398,6 +413,7 @@ class Trainer:
             "trainer": dataclasses.asdict(self.counters),
             "runner": self._runner.get_state(),
             "updates_due": 0.0 if self._algorithm.on_policy else self._updates_due,
+            "uncounted_env_steps": 0 if self._algorithm.on_policy else self._uncounted_env_steps,
         }
         target = self.learner if self._group is None else self._group
         checkpoint.save(
@@ -435,6 +451,7 @@ class Trainer:
             self._buffer = buffer
         if not self._algorithm.on_policy:
             self._updates_due = float(extra.get("updates_due", 0.0))
+            self._uncounted_env_steps = int(extra.get("uncounted_env_steps", 0))
 
     def _record(self, stats: dict[str, float]) -> None:
         self.history.append(stats)

@@ -1,5 +1,7 @@
 """DQN: the loss against hand-computed values, transitions, exploration, target updates, recipe."""
 
+import time
+
 import chex
 import gymnasium as gym
 import jax
@@ -311,3 +313,31 @@ def test_updates_on_replay_batches_from_an_env_runner_compile_once():
     # The same rows through learner.update (validated, jitted once).
     state, metrics = learner.update(state, replay_buffer.sample(buffer, jax.random.key(3), 16))
     assert int(metrics["__all__"]["num_grad_steps"]) == 4
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole():
+    config = {
+        "lr": 2.3e-3,
+        "train_batch_size": 64,
+        "training_intensity": 32,
+        "n_step": 3,
+        "rollout_fragment_length": 8,
+        "epsilon": [[0, 1.0], [8000, 0.04]],
+        "target_network_update_freq": 256,
+        "replay_buffer_capacity": 100_000,
+    }
+    env = gym.make("CartPole-v1")
+    learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
+    trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
+    start = time.perf_counter()
+    history = trainer.run([jl.RewardBound(450.0), jl.MaxEnvSteps(60_000)], steps_per_eval=2560)
+    final = trainer.eval()
+    print(
+        f"DQN CartPole: {trainer.counters.env_steps} env steps, "
+        f"{time.perf_counter() - start:.0f} s, eval {final['return_mean']}"
+    )
+    assert history[-1]["eval/return_mean"] >= 450.0
+    assert final["return_mean"] >= 400.0
+    # Every sampled env step reached the learner's counters (epsilon, target updates).
+    assert history[-1]["default_policy/num_env_steps_trained"] == trainer.counters.env_steps

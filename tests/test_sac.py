@@ -1,6 +1,7 @@
 """SAC: the losses against hand-computed values, target critics, act functions, recipe."""
 
 import math
+import time
 
 import chex
 import gymnasium as gym
@@ -348,3 +349,27 @@ def test_updates_on_replay_batches_from_an_env_runner_compile_once():
     module = state.modules[module_id]
     assert int(module.grad_steps) == 3 and int(module.env_steps) == 3
     assert not tree_equal(module.extra["target_critic"], module.params["params"]["critic"])
+
+
+@pytest.mark.slow
+def test_sac_learns_pendulum():
+    config = {
+        "actor_lr": 1e-3,
+        "critic_lr": 1e-3,
+        "alpha_lr": 1e-3,
+        "num_steps_sampled_before_learning_starts": 1000,
+        "hidden_sizes": [64, 64],
+        "train_batch_size": 128,
+    }
+    env = gym.make("Pendulum-v1")
+    learner = jl.algorithms.sac(env.observation_space, env.action_space, config)
+    trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=4, seed=0, progress=False)
+    start = time.perf_counter()
+    history = trainer.run([jl.RewardBound(-200.0), jl.MaxEnvSteps(20_000)], steps_per_eval=1000)
+    final = trainer.eval()
+    print(
+        f"SAC Pendulum: {trainer.counters.env_steps} env steps, "
+        f"{time.perf_counter() - start:.0f} s, eval {final['return_mean']}"
+    )
+    assert history[-1]["eval/return_mean"] >= -200.0
+    assert final["return_mean"] >= -250.0

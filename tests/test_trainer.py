@@ -167,3 +167,38 @@ def test_ppo_learns_cartpole():
     )
     assert history[-1]["eval/return_mean"] >= 495.0
     assert final["return_mean"] >= 475.0
+
+
+def test_off_policy_resume_continues_exactly(tmp_path):
+    env = gym.make("CartPole-v1")
+    config = {
+        "train_batch_size": 16,
+        "hidden_sizes": (8,),
+        "rollout_fragment_length": 4,
+        "num_steps_sampled_before_learning_starts": 32,
+        "replay_buffer_capacity": 256,
+        "training_intensity": 8,
+    }
+
+    def make(seed=3):
+        learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
+        return jl.Trainer(learner, "CartPole-v1", num_envs=2, seed=seed, progress=False)
+
+    straight = make()
+    expected = [straight.step() for _ in range(8)]
+    interrupted = make()
+    for _ in range(5):
+        interrupted.step()
+    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
+        interrupted.save(checkpoint)
+        checkpoint.wait_until_finished()
+    resumed = make(seed=11)
+    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
+        resumed.restore(checkpoint)
+    assert tree_equal(resumed.buffer, interrupted.buffer)
+    continued = [resumed.step() for _ in range(3)]
+    for want, got in zip(expected[5:], continued, strict=True):
+        assert {k: v for k, v in want.items() if k not in TIMING} == {
+            k: v for k, v in got.items() if k not in TIMING
+        }
+    assert tree_equal(resumed.state.modules, straight.state.modules)
