@@ -69,6 +69,38 @@ DEFAULTS: dict[str, Defaults] = {
         num_envs=8,
         eval_every=10_240,
     ),
+    "dqn": Defaults(
+        env="CartPole-v1",
+        config={
+            "lr": 2.3e-3,
+            "train_batch_size": 64,
+            "training_intensity": 32,
+            "n_step": 3,
+            "rollout_fragment_length": 8,
+            "epsilon": ((0, 1.0), (8000, 0.04)),
+            "target_network_update_freq": 256,
+            "replay_buffer_capacity": 100_000,
+        },
+        stop_reward=400.0,
+        max_steps=100_000,
+        num_envs=8,
+        eval_every=2560,
+    ),
+    "sac": Defaults(
+        env="Pendulum-v1",
+        config={
+            "actor_lr": 1e-3,
+            "critic_lr": 1e-3,
+            "alpha_lr": 1e-3,
+            "num_steps_sampled_before_learning_starts": 1000,
+            "hidden_sizes": (64, 64),
+            "train_batch_size": 128,
+        },
+        stop_reward=-250.0,
+        max_steps=30_000,
+        num_envs=4,
+        eval_every=1000,
+    ),
 }
 
 
