@@ -1,7 +1,9 @@
-"""The README's quickstart runs as written."""
+"""The README's code runs as written: the quickstart, then the blocks that build on it."""
 
 import pathlib
 import re
+
+import pytest
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
@@ -13,9 +15,28 @@ def _block(marker):
     return match.group(1)
 
 
-def test_quickstart_runs():
-    namespace = {}
-    exec(compile(_block("quickstart"), "README quickstart", "exec"), namespace)
-    metrics = namespace["metrics"]
-    assert set(metrics) == {"policy", "__all__"}
-    assert int(namespace["state"].updates) == 10
+def _run(marker, namespace):
+    exec(compile(_block(marker), f"README {marker}", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture()
+def quickstart():
+    return _run("quickstart", {})
+
+
+def test_quickstart_runs(quickstart):
+    assert set(quickstart["metrics"]) == {"policy", "__all__"}
+    assert int(quickstart["state"].updates) == 10
+
+
+def test_all_devices_block_runs(quickstart):
+    namespace = _run("group", quickstart)
+    assert namespace["group"].num_devices == 8  # the fake devices of tests/conftest.py
+    assert int(namespace["single"].updates) == 13
+
+
+def test_checkpoints_block_runs(quickstart, tmp_path):
+    source = _block("checkpoints").replace("/tmp/readme-run", str(tmp_path / "run"))
+    exec(compile(source, "README checkpoints", "exec"), quickstart)
+    assert int(quickstart["state"].updates) == 11
