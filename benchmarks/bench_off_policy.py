@@ -47,7 +47,7 @@ import ppo_workload as w
 
 import jaxlearner as jl
 from jaxlearner import replay_buffer
-from jaxlearner.distributions import make_distribution
+from jaxlearner.distribution_spec import make_distribution
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 MODULE_ID = "default_policy"

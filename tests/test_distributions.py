@@ -7,13 +7,12 @@ import pytest
 from helpers import maybe_jit
 from scipy import integrate, special, stats
 
+from jaxlearner.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.distributions import (
     Categorical,
     DiagGaussian,
-    DistributionSpec,
     MultiCategorical,
     TanhGaussian,
-    make_distribution,
 )
 
 LOGITS = np.asarray([[0.5, -1.0, 2.0], [0.0, 0.0, 0.0]], np.float32)

@@ -13,6 +13,7 @@ ALLOWED = {
     "gymnasium": {
         "env_runner.py",
         "spaces.py",
+        "encoders.py",
         "models.py",
         "cli.py",
         "envs/*",

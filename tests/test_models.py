@@ -9,24 +9,15 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
+from jaxlearner.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.distributions import (
     Categorical,
     DiagGaussian,
-    DistributionSpec,
     MultiCategorical,
     TanhGaussian,
-    make_distribution,
 )
-from jaxlearner.models import (
-    CNN,
-    MLP,
-    Encoder,
-    actor_critic,
-    distribution_for,
-    encoder_for,
-    q_network,
-    sac_networks,
-)
+from jaxlearner.encoders import CNN, MLP, Encoder, encoder_for
+from jaxlearner.models import actor_critic, distribution_for, q_network, sac_networks
 from jaxlearner.optimizer import label_params
 
 spaces = gymnasium.spaces

@@ -9,7 +9,7 @@ from helpers import maybe_jit
 
 import jaxlearner as jl
 from jaxlearner.algorithms.ppo import ppo_loss
-from jaxlearner.distributions import DistributionSpec
+from jaxlearner.distribution_spec import DistributionSpec
 from jaxlearner.env_runner import EnvRunner
 
 CARTPOLE = gym.make("CartPole-v1")

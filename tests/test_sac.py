@@ -14,7 +14,7 @@ from helpers import maybe_jit, tree_equal
 import jaxlearner as jl
 from jaxlearner import replay_buffer
 from jaxlearner.algorithms.sac import sac_loss, target_entropy_for
-from jaxlearner.distributions import DistributionSpec
+from jaxlearner.distribution_spec import DistributionSpec
 from jaxlearner.env_runner import EnvRunner
 
 PENDULUM = gym.make("Pendulum-v1")

@@ -57,7 +57,7 @@ from jaxlearner.algorithms.config import (
     make_config,
 )
 from jaxlearner.context import LossContext
-from jaxlearner.distributions import DistributionSpec, make_distribution
+from jaxlearner.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.learner import Learner
 from jaxlearner.models import actor_critic, distribution_for
 from jaxlearner.module_spec import ModuleSpec

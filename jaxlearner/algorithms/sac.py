@@ -102,7 +102,7 @@ from jaxlearner.algorithms.off_policy import (
     updates_per_step,
 )
 from jaxlearner.context import LossContext
-from jaxlearner.distributions import DistributionSpec, make_distribution
+from jaxlearner.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.learner import Learner
 from jaxlearner.models import sac_networks
 from jaxlearner.module_spec import ModuleSpec

@@ -1,0 +1,246 @@
+"""Encoders: observations to features, chosen from a gymnasium observation space.
+
+:func:`encoder_for` reads a space's ``shape``, ``n``, ``nvec`` and ``start``
+and builds an :class:`Encoder` (one-hot for discrete observations, a small
+:class:`CNN` for images, flattening otherwise) followed by an :class:`MLP`.
+Hidden layers use orthogonal initialisation with gain ``sqrt(2)``
+(Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import flax.linen as nn
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "tanh": nn.tanh,
+    "relu": nn.relu,
+    "silu": nn.silu,
+    "swish": nn.swish,
+    "gelu": nn.gelu,
+    "elu": nn.elu,
+    "leaky_relu": nn.leaky_relu,
+    "sigmoid": nn.sigmoid,
+    "linear": lambda x: x,
+}
+"""Activations by name (RLlib's ``fcnet_activation`` names; ``"linear"`` is none)."""
+
+OBSERVATION_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
+SQRT2 = math.sqrt(2.0)
+
+
+def orthogonal_dense(size: int, gain: float, name: str) -> nn.Dense:
+    """A dense layer with orthogonal initialisation of the given gain."""
+    return nn.Dense(size, kernel_init=nn.initializers.orthogonal(gain), name=name)
+
+
+def _sizes(value: Sequence[int], what: str) -> tuple[int, ...]:
+    sizes = tuple(value)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+        raise ValueError(f"{what} must be positive ints; got {value!r}.")
+    return sizes
+
+
+def _check_activation(name: str) -> None:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"Unknown activation {name!r}; valid names: {sorted(ACTIVATIONS)}.")
+
+
+class MLP(nn.Module):
+    """Dense layers, each followed by the activation: ``[..., F] -> [..., hidden_sizes[-1]]``.
+
+    Attributes:
+      hidden_sizes: units per layer; ``()`` is the identity.
+      activation: a name in :data:`ACTIVATIONS`.
+
+    Example:
+      >>> mlp = MLP((64, 64), "relu")
+      >>> params = mlp.init(jax.random.key(0), jnp.zeros((8, 3)))
+    """
+
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden_sizes", _sizes(self.hidden_sizes, "MLP.hidden_sizes"))
+        _check_activation(self.activation)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for i, size in enumerate(self.hidden_sizes):
+            x = ACTIVATIONS[self.activation](orthogonal_dense(size, SQRT2, f"dense_{i}")(x))
+        return x
+
+
+class CNN(nn.Module):
+    """A Nature-DQN-style convolution stack: ``[..., H, W, C] -> [..., features]`` flattened.
+
+    Integer (e.g. uint8) images are scaled by ``1/255``; float images are used
+    as they are. ``"SAME"`` padding keeps small images (e.g. 10x10) valid.
+    Mnih et al. 2015, https://www.nature.com/articles/nature14236.
+
+    Attributes:
+      channels: output channels per convolution.
+      kernel_sizes: square kernel size per convolution.
+      strides: stride per convolution.
+      activation: a name in :data:`ACTIVATIONS`.
+
+    Example:
+      >>> cnn = CNN()
+      >>> params = cnn.init(jax.random.key(0), jnp.zeros((2, 84, 84, 4), jnp.uint8))
+    """
+
+    channels: Sequence[int] = (32, 64, 64)
+    kernel_sizes: Sequence[int] = (8, 4, 3)
+    strides: Sequence[int] = (4, 2, 1)
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        for name in ("channels", "kernel_sizes", "strides"):
+            object.__setattr__(self, name, _sizes(getattr(self, name), f"CNN.{name}"))
+        if not len(self.channels) == len(self.kernel_sizes) == len(self.strides):
+            raise ValueError(
+                "CNN.channels, kernel_sizes and strides need one entry per layer; got "
+                f"{self.channels}, {self.kernel_sizes}, {self.strides}."
+            )
+        _check_activation(self.activation)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, images: jax.Array) -> jax.Array:
+        images = jnp.asarray(images)
+        x = images.astype(jnp.float32)
+        if jnp.issubdtype(images.dtype, jnp.integer):
+            x = x / 255.0
+        layers = zip(self.channels, self.kernel_sizes, self.strides, strict=True)
+        for i, (channels, kernel, stride) in enumerate(layers):
+            conv = nn.Conv(
+                channels,
+                (kernel, kernel),
+                (stride, stride),
+                padding="SAME",
+                kernel_init=nn.initializers.orthogonal(SQRT2),
+                name=f"conv_{i}",
+            )
+            x = ACTIVATIONS[self.activation](conv(x))
+        return x.reshape(*x.shape[:-3], -1)
+
+
+class Encoder(nn.Module):
+    """Observations to features: preprocessing, then an :class:`MLP`.
+
+    Preprocessing by ``kind``: ``"vector"`` flattens the observation to
+    float32; ``"one_hot"`` one-hot encodes each integer component and
+    concatenates; ``"image"`` runs a :class:`CNN`. Build one with
+    :func:`encoder_for`.
+
+    Attributes:
+      observation_shape: shape of one observation; leading axes of the input
+        beyond it are batch axes.
+      kind: ``"vector"``, ``"one_hot"`` or ``"image"``.
+      one_hot_sizes: for ``"one_hot"``, the number of values of each
+        component (in order of the flattened observation).
+      one_hot_starts: for ``"one_hot"``, each component's smallest value
+        (gymnasium's ``start``); empty means all zero.
+      hidden_sizes: the MLP's layers; ``()`` returns the preprocessed input.
+      activation: the MLP's activation (the CNN always uses ReLU).
+    """
+
+    observation_shape: tuple[int, ...]
+    kind: Literal["vector", "one_hot", "image"] = "vector"
+    one_hot_sizes: tuple[int, ...] = ()
+    one_hot_starts: tuple[int, ...] = ()
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "observation_shape", tuple(self.observation_shape))
+        if self.kind not in ("vector", "one_hot", "image"):
+            raise ValueError(
+                f"Encoder.kind must be 'vector', 'one_hot' or 'image'; got {self.kind!r}."
+            )
+        object.__setattr__(self, "hidden_sizes", _sizes(self.hidden_sizes, "hidden_sizes"))
+        _check_activation(self.activation)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        obs = jnp.asarray(obs)
+        rank = len(self.observation_shape)
+        if obs.ndim < rank or obs.shape[obs.ndim - rank :] != self.observation_shape:
+            raise ValueError(
+                f"Encoder expects observations [..., *{self.observation_shape}]; got shape "
+                f"{obs.shape}."
+            )
+        batch = obs.shape[: obs.ndim - rank]
+        if self.kind == "image":
+            x = CNN(name="cnn")(obs)
+        elif self.kind == "one_hot":
+            values = obs.reshape(*batch, len(self.one_hot_sizes)).astype(jnp.int32)
+            starts = jnp.asarray(self.one_hot_starts or (0,) * len(self.one_hot_sizes))
+            x = jnp.concatenate(
+                [
+                    jax.nn.one_hot(values[..., k] - starts[k], n)
+                    for k, n in enumerate(self.one_hot_sizes)
+                ],
+                axis=-1,
+            )
+        else:
+            x = obs.reshape(*batch, -1).astype(jnp.float32)
+        return MLP(self.hidden_sizes, self.activation, name="mlp")(x)
+
+
+def encoder_for(
+    observation_space: gymnasium.Space,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+) -> Encoder:
+    """An :class:`Encoder` for a gymnasium observation space.
+
+    * ``Box`` of shape ``(H, W, C)``: a :class:`CNN` (uint8 scaled by
+      ``1/255``), then the MLP. Add a channel axis to a 2-D image to get one.
+    * any other ``Box`` and ``MultiBinary``: flattened, then the MLP.
+    * ``Discrete`` and ``MultiDiscrete``: one-hot per component, then the MLP.
+
+    Args:
+      observation_space: the environment's (single, unbatched) observation space.
+      hidden_sizes: the MLP's layers after preprocessing.
+      activation: a name in :data:`ACTIVATIONS`.
+
+    Returns:
+      An :class:`Encoder`: ``obs [..., *space.shape] -> features [..., F]``.
+
+    Raises:
+      TypeError: for other spaces (``Dict``, ``Tuple``, ``Text``, ``Graph``, ...).
+
+    Example:
+      >>> encoder = encoder_for(gymnasium.spaces.Box(-1, 1, (4,)), (64, 64), "tanh")
+      >>> params = encoder.init(jax.random.key(0), jnp.zeros((8, 4)))
+    """
+    common = {"hidden_sizes": tuple(hidden_sizes), "activation": activation}
+    spaces = gymnasium.spaces
+    if isinstance(observation_space, spaces.Box):
+        kind = "image" if len(observation_space.shape) == 3 else "vector"
+        return Encoder(tuple(observation_space.shape), kind, **common)
+    if isinstance(observation_space, spaces.MultiBinary):
+        return Encoder(tuple(observation_space.shape), "vector", **common)
+    if isinstance(observation_space, spaces.Discrete):
+        return Encoder(
+            (), "one_hot", (int(observation_space.n),), (int(observation_space.start),), **common
+        )
+    if isinstance(observation_space, spaces.MultiDiscrete):
+        sizes = tuple(int(n) for n in np.ravel(observation_space.nvec))
+        starts = tuple(int(s) for s in np.ravel(observation_space.start))
+        return Encoder(tuple(observation_space.shape), "one_hot", sizes, starts, **common)
+    raise TypeError(
+        f"encoder_for supports observation spaces {OBSERVATION_SPACES}; got {observation_space!r}."
+        " Flatten Dict and Tuple spaces first (e.g. gymnasium.wrappers.FlattenObservation)."
+    )
