@@ -55,9 +55,11 @@ class Learner:
       modules_to_train: ``None`` (all), a collection of ids, or a predicate
         ``module_id -> bool``. Modules not trained keep their params,
         optimizer states and counters bit-identical.
-      skip_nonfinite: leave the whole state unchanged on a minibatch step
-        whose loss or gradients hold a NaN/Inf, and count it
-        (``metrics["__all__"]["num_skipped_steps"]``).
+      skip_nonfinite: on a minibatch step whose loss or gradients hold a
+        NaN/Inf, keep every trained module's state as it was (params,
+        optimizer states, extras, gradient-step counters) and count the step
+        (``metrics["__all__"]["num_skipped_steps"]``). The env steps the batch
+        accounts for are still counted once per update: the environment moved on.
       jit: ``False`` runs the very same update eagerly (loops in Python,
         losses on concrete arrays) so losses can be printed and stepped
         through; results equal the jitted ones.
