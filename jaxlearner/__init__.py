@@ -25,6 +25,7 @@ from jaxlearner.additional_updates import (
 )
 from jaxlearner.context import LossContext
 from jaxlearner.group import LearnerGroup
+from jaxlearner.hyperparams import with_hyperparams
 from jaxlearner.learner import Learner
 from jaxlearner.metrics import ALL_MODULES
 from jaxlearner.module_spec import ModuleSpec
@@ -47,7 +48,16 @@ from jaxlearner.stop_conditions import (
 from jaxlearner.update import UpdateConfig, make_update
 
 if TYPE_CHECKING:
-    from jaxlearner import algorithms, anakin, envs, loggers, replay_buffer
+    from jaxlearner import (
+        algorithms,
+        anakin,
+        envs,
+        loggers,
+        plotting,
+        replay_buffer,
+        rollouts,
+        sweeps,
+    )
     from jaxlearner.checkpoint import (
         CheckpointCorruptedError,
         CheckpointManager,
@@ -67,7 +77,10 @@ _LAZY = {
     "anakin": None,
     "envs": None,
     "loggers": None,
+    "plotting": None,
     "replay_buffer": None,
+    "rollouts": None,
+    "sweeps": None,
 }
 
 
@@ -122,9 +135,13 @@ __all__ = [
     "make_update",
     "periodic_copy",
     "piecewise_schedule",
+    "plotting",
     "polyak_update",
     "register_recipe",
     "registered_recipes",
     "replay_buffer",
     "restore",
+    "rollouts",
+    "sweeps",
+    "with_hyperparams",
 ]

@@ -1,0 +1,174 @@
+"""Anakin (pure-JAX CartPole, many seeds in one compiled call) against the gymnasium Trainer.
+
+Run: ``python benchmarks/bench_anakin.py [--seeds 1 8 32] [--chunk 5]``. Writes
+``benchmarks/results/bench_anakin.json`` and prints the markdown table for
+``benchmarks/README.md``.
+
+Both paths train PPO with the same config (the one of the CI learning test)
+on 16 environments per agent, evaluate the deterministic policy every
+``chunk`` x 1024 env steps (the first episode of 16 fresh environments) and
+stop once every agent has reached a mean evaluation return of 475:
+
+* Anakin: ``jax.jit(jax.vmap(run))`` over the seeds, ``run`` being ``chunk``
+  iterations and one evaluation; the loop calls it until every seed has
+  reached 475 at some evaluation. Compile time is reported apart.
+* Trainer: ``jl.Trainer`` on gymnasium's ``CartPole-v1`` (a ``SyncVectorEnv``
+  of 16), one seed, ``run([RewardBound(475)], steps_per_eval=...)``; its
+  wall time includes the update's compilation on the first step (a few
+  seconds).
+
+Env steps per second count the training steps of all agents (not the
+evaluation steps): for Anakin over the wall time of the loop to 475 (compiled,
+evaluations included); for the Trainer over 10 further iterations after it
+reached 475 (compiled, no evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import gymnasium as gym
+import jax
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from ppo_workload import machine
+
+import jaxlearner as jl
+from jaxlearner import anakin, envs
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+THRESHOLD = 475.0
+NUM_ENVS = 16
+MAX_ITERATIONS = 400  # the learning rate reaches 0 at 400 x 1024 env steps
+PPO = {
+    "lr": [[0, 1e-3], [409_600, 0.0]],
+    "train_batch_size": 1024,
+    "minibatch_size": 256,
+    "num_epochs": 8,
+    "hidden_sizes": (64, 64),
+    "lambda_": 0.95,
+    "clip_param": 0.2,
+    "vf_clip_param": 10_000.0,
+    "grad_clip": 0.5,
+}
+
+
+def bench_anakin(num_seeds: int, chunk: int) -> dict:
+    env = envs.make("CartPole-v1")
+    algorithm = jl.algorithms.build("ppo", env.observation_space, env.action_space, PPO)
+    config = anakin.AnakinConfig(
+        num_envs=NUM_ENVS, num_iterations=chunk, eval_interval=chunk, eval_envs=16
+    )
+    functions = anakin.make_anakin(algorithm, env, config)
+    keys = jax.random.split(jax.random.key(0), num_seeds)
+    start = time.perf_counter()
+    init = jax.jit(jax.vmap(functions.init)).lower(keys).compile()
+    state = init(keys)
+    run = jax.jit(jax.vmap(functions.run), donate_argnums=0).lower(state).compile()
+    compile_s = time.perf_counter() - start
+    reached = np.zeros(num_seeds, bool)
+    steps_to_threshold = np.full(num_seeds, np.nan)
+    start = time.perf_counter()
+    iterations = 0
+    while iterations < MAX_ITERATIONS and not reached.all():
+        state, metrics = run(state)
+        iterations += chunk
+        returns = np.asarray(metrics["eval/return_mean"][:, -1])
+        steps = float(metrics["eval/env_steps"][0, -1])
+        steps_to_threshold[~reached & (returns >= THRESHOLD)] = steps
+        reached |= returns >= THRESHOLD
+    seconds = time.perf_counter() - start
+    env_steps = iterations * algorithm.config.train_batch_size
+    return {
+        "path": f"Anakin, {num_seeds} seed{'s' if num_seeds > 1 else ''}",
+        "seeds": num_seeds,
+        "compile_s": compile_s,
+        "wall_s": seconds,
+        "reached": int(reached.sum()),
+        "env_steps_per_seed": env_steps,
+        "median_steps_to_threshold": float(np.nanmedian(steps_to_threshold))
+        if reached.any()
+        else None,
+        "env_steps_per_s": num_seeds * env_steps / seconds,  # compiled; evaluations included
+        "final_returns": returns.tolist(),
+    }
+
+
+def bench_trainer(chunk: int) -> dict:
+    probe = gym.make("CartPole-v1")
+    learner = jl.algorithms.ppo(probe.observation_space, probe.action_space, PPO)
+    trainer = jl.Trainer(
+        learner, "CartPole-v1", num_envs=NUM_ENVS, eval_episodes=16, seed=0, progress=False
+    )
+    start = time.perf_counter()
+    history = trainer.run(
+        [jl.RewardBound(THRESHOLD)],
+        steps_per_eval=chunk * PPO["train_batch_size"],
+        max_iterations=MAX_ITERATIONS,
+    )
+    seconds = time.perf_counter() - start
+    # Throughput once compiled: 10 more iterations, without evaluation.
+    steady_start, steady_steps = time.perf_counter(), trainer.counters.env_steps
+    for _ in range(10):
+        trainer.step()
+    steady = (trainer.counters.env_steps - steady_steps) / (time.perf_counter() - steady_start)
+    trainer.close()
+    evaluations = [h["eval/return_mean"] for h in history if "eval/return_mean" in h]
+    reached = bool(evaluations) and evaluations[-1] >= THRESHOLD
+    env_steps = int(history[-1]["env_steps"])
+    return {
+        "path": "Trainer (gymnasium), 1 seed",
+        "seeds": 1,
+        "compile_s": None,
+        "wall_s": seconds,
+        "reached": int(reached),
+        "env_steps_per_seed": env_steps,
+        "median_steps_to_threshold": float(env_steps) if reached else None,
+        "env_steps_per_s": steady,
+        "final_returns": evaluations[-1:],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--chunk", type=int, default=5, help="iterations between evaluations")
+    parser.add_argument("--skip-trainer", action="store_true")
+    args = parser.parse_args()
+    results = [bench_anakin(seeds, args.chunk) for seeds in args.seeds]
+    if not args.skip_trainer:
+        results.append(bench_trainer(args.chunk))
+    report = {
+        "workload": (
+            f"PPO on CartPole-v1, {NUM_ENVS} envs per agent, 1024 env steps and 8 epochs x 4 "
+            f"minibatches per iteration, evaluation every {args.chunk * 1024} env steps, "
+            f"stop when every agent reached {THRESHOLD:g}"
+        ),
+        "machine": machine(),
+        "results": results,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_anakin.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"machine: {report['machine']}")
+    print(
+        "| path | seeds reaching 475 | compile (s) | wall time to 475, all seeds (s) | "
+        "env steps per seed | median env steps to 475 | env steps/s (all seeds) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        compile_s = "-" if r["compile_s"] is None else f"{r['compile_s']:.0f}"
+        median = r["median_steps_to_threshold"]
+        print(
+            f"| {r['path']} | {r['reached']}/{r['seeds']} | {compile_s} | {r['wall_s']:.1f} | "
+            f"{r['env_steps_per_seed']:,} | {'-' if median is None else f'{median:,.0f}'} | "
+            f"{r['env_steps_per_s']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
