@@ -3,14 +3,18 @@
 Run: ``python benchmarks/bench_off_policy.py [--repeats 5] [--steps 100]``. Writes
 ``benchmarks/results/bench_off_policy.json`` and prints a markdown table.
 
-Each variant is one compiled step that samples its batch from a device replay
-buffer and takes one gradient step, as the Trainer runs it::
+Each variant's step samples its batch from a device replay buffer and takes
+one gradient step; a timed call runs ``--steps`` such steps as one
+``lax.scan`` inside one ``jax.jit``, as the Trainer runs an iteration's
+updates::
 
-    jax.jit(lambda state, buffer, key: learner.update_fn(
-        state, {module_id: replay_buffer.sample(buffer, key, batch_size)}, {module_id: 1}))
+    def step(state, key):
+        batch = replay_buffer.sample(buffer, key, batch_size)
+        return learner.update_fn(state, {module_id: batch}, {module_id: 1})
 
-A timed call runs ``--steps`` such steps from Python and waits for the result;
-the variants are timed interleaved in one process (``ppo_workload.measure``).
+    jax.jit(lambda state, buffer, keys: jax.lax.scan(step, state, keys))
+
+The variants are timed interleaved in one process (``ppo_workload.measure``).
 The hand-written steps use the same networks, optax chains and targets:
 
 * DQN, RLlib's defaults on CartPole shapes (obs 4, 2 actions): a 50 000-row
@@ -74,13 +78,13 @@ def filled_buffer(obs_dim: int, action_shape: tuple, discrete: bool, capacity: i
 
 
 def learner_step(learner: jl.Learner, batch_size: int):
-    """The Trainer's compiled step: sample, then the learner's pure update."""
+    """The Trainer's step: sample, then the learner's pure update."""
 
     def step(state, buffer, key):
         batch = replay_buffer.sample(buffer, key, batch_size)
         return learner.update_fn(state, {MODULE_ID: batch}, {MODULE_ID: jnp.int32(1)})
 
-    return jax.jit(step)
+    return step
 
 
 def huber(x: jax.Array) -> jax.Array:
@@ -102,7 +106,6 @@ def dqn_hand_written(model, params, batch_size: int):
         mask = batch["mask"]
         return (huber(q_taken - y) * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
-    @jax.jit
     def step(carry, buffer, key):
         params, opt_state, target, last, env_steps = carry
         batch = replay_buffer.sample(buffer, key, batch_size)
@@ -150,7 +153,6 @@ def sac_hand_written(model, params, batch_size: int, target_entropy: float):
         alpha_loss = -mean(log_alpha * jax.lax.stop_gradient(logp + target_entropy))
         return actor_loss + critic_loss + alpha_loss
 
-    @jax.jit
     def step(carry, buffer, key):
         params, opt_states, target_critic = carry
         sample_key, loss_key = jax.random.split(key)
@@ -171,12 +173,16 @@ def sac_hand_written(model, params, batch_size: int, target_entropy: float):
     return step, carry
 
 
-def looped(step, holder: dict, name: str, buffer, keys):
-    """A call running one compiled step per key, as the Trainer does."""
+def scanned(step, holder: dict, name: str, buffer, keys):
+    """A call running one step per key as a ``lax.scan`` in one jit, as the Trainer does."""
+
+    @jax.jit
+    def run(carry, buffer, keys):
+        carry, outputs = jax.lax.scan(lambda c, key: step(c, buffer, key), carry, keys)
+        return carry, jax.tree.map(lambda x: x[-1], outputs)
 
     def call():
-        for key in keys:
-            holder[name], out = step(holder[name], buffer, key)
+        holder[name], out = run(holder[name], buffer, keys)
         return out
 
     return call
@@ -191,13 +197,13 @@ def run_dqn(repeats: int, steps: int) -> dict:
     hand, carry = dqn_hand_written(
         learner.specs[MODULE_ID].model, state.modules[MODULE_ID].params, batch_size
     )
-    keys = list(jax.random.split(jax.random.key(1), steps))
+    keys = jax.random.split(jax.random.key(1), steps)
     holder = {"learner": state, "hand": carry}
     calls = {
-        "learner.update_fn": looped(
+        "learner.update_fn": scanned(
             learner_step(learner, batch_size), holder, "learner", buffer, keys
         ),
-        "hand-written jit": looped(hand, holder, "hand", buffer, keys),
+        "hand-written jit": scanned(hand, holder, "hand", buffer, keys),
     }
     return w.measure(calls, repeats)
 
@@ -220,16 +226,16 @@ def run_sac(repeats: int, steps: int) -> dict:
     state = learner.init(jax.random.key(0))
     buffer = filled_buffer(3, (1,), False, algorithm.replay_capacity, seed=0)
     hand, carry = sac_hand_written(spec.model, state.modules[MODULE_ID].params, batch_size, -1.0)
-    keys = list(jax.random.split(jax.random.key(1), steps))
+    keys = jax.random.split(jax.random.key(1), steps)
     holder = {"learner": state, "summed": state, "hand": carry}
     calls = {
-        "learner.update_fn": looped(
+        "learner.update_fn": scanned(
             learner_step(learner, batch_size), holder, "learner", buffer, keys
         ),
-        "learner.update_fn, summed loss": looped(
+        "learner.update_fn, summed loss": scanned(
             learner_step(summed_learner, batch_size), holder, "summed", buffer, keys
         ),
-        "hand-written jit": looped(hand, holder, "hand", buffer, keys),
+        "hand-written jit": scanned(hand, holder, "hand", buffer, keys),
     }
     return w.measure(calls, repeats)
 

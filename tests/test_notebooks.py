@@ -14,7 +14,9 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 SHORT_BUDGETS = {
     "quickstart.ipynb": 'MAX_ENV_STEPS = 4096\nEVAL_EVERY = 2048\nCHECKPOINT_DIR = "{tmp}/ckpt"',
     "custom_learner.ipynb": 'NUM_UPDATES = 6\nBATCH_SIZE = 512\nCHECKPOINT_DIR = "{tmp}/ckpt"',
-    "many_seeds.ipynb": "NUM_SEEDS = 2\nNUM_ITERATIONS = 3\nLEARNING_RATES = (3e-4, 1e-3)",
+    "many_seeds.ipynb": (
+        "NUM_SEEDS = 2\nNUM_ITERATIONS = 4\nEVAL_INTERVAL = 2\nLEARNING_RATES = (3e-4, 1e-3)"
+    ),
 }
 
 

@@ -40,3 +40,19 @@ def test_checkpoints_block_runs(quickstart, tmp_path):
     source = _block("checkpoints").replace("/tmp/readme-run", str(tmp_path / "run"))
     exec(compile(source, "README checkpoints", "exec"), quickstart)
     assert int(quickstart["state"].updates) == 11
+
+
+def test_many_seeds_block_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the block saves a PNG in the working directory
+    source = (
+        _block("many-seeds")
+        .replace("num_iterations=200, eval_interval=20", "num_iterations=2, eval_interval=1")
+        .replace("num_seeds=32", "num_seeds=2")
+        .replace("num_seeds=8", "num_seeds=1")
+        .replace("[:, -1])  # [32]", "[:, -1])  # [2]")
+    )
+    namespace = {}
+    exec(compile(source, "README many-seeds", "exec"), namespace)
+    assert namespace["metrics"]["eval/return_mean"].shape == (2, 2)
+    assert namespace["result"].metrics["eval/return_mean"].shape[:2] == (4, 1)
+    assert (tmp_path / "cartpole_32_seeds.png").stat().st_size > 0
