@@ -81,6 +81,24 @@ class Rollout:
         """Environment steps taken (reset-only steps excluded)."""
         return int(self.valid.sum())
 
+    def experience(self) -> dict[str, Any]:
+        """The ``[T, N]`` arrays an algorithm's ``postprocess`` or ``transitions`` reads.
+
+        ``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``,
+        ``next_obs``, ``valid`` and the policy's extras (an ``extras["actions"]``
+        replaces the env actions: it is the action to train on).
+        """
+        return {
+            "obs": self.obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "next_obs": self.next_obs,
+            "valid": self.valid,
+            **self.extras,
+        }
+
 
 def make_vector_env(
     env: EnvLike,

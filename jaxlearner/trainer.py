@@ -27,7 +27,7 @@ import numpy as np
 from jaxlearner import replay_buffer
 from jaxlearner.algorithms import Algorithm, algorithm_for
 from jaxlearner.checkpoint import CheckpointManager
-from jaxlearner.env_runner import EnvLike, EnvRunner, Rollout, evaluate
+from jaxlearner.env_runner import EnvLike, EnvRunner, evaluate
 from jaxlearner.group import LearnerGroup
 from jaxlearner.learner import Learner
 from jaxlearner.loggers import ProgressBar, Writer, flatten_metrics
@@ -229,7 +229,7 @@ class Trainer:
         rollout = self._runner.sample(
             self._algorithm.explore, self._module_state(), self._rollout_steps, sample_key
         )
-        experience = _experience(rollout)
+        experience = rollout.experience()
         metrics = (
             self._train_on_policy(experience, rollout.env_steps)
             if self._algorithm.on_policy
@@ -482,20 +482,6 @@ def _make_group(learner: Learner, devices: Any) -> LearnerGroup | None:
     raise ValueError(
         f"devices must be None, 'all', a number of devices or a list of devices; got {devices!r}."
     )
-
-
-def _experience(rollout: Rollout) -> dict[str, Any]:
-    """A rollout as the arrays an algorithm's postprocess/transitions read."""
-    return {
-        "obs": rollout.obs,
-        "actions": rollout.actions,
-        "rewards": rollout.rewards,
-        "terminated": rollout.terminated,
-        "truncated": rollout.truncated,
-        "next_obs": rollout.next_obs,
-        "valid": rollout.valid,
-        **rollout.extras,
-    }
 
 
 def _episode_stats(counters: TrainerCounters) -> dict[str, float]:

@@ -281,16 +281,7 @@ def test_updates_on_replay_batches_from_an_env_runner_compile_once():
     state = learner.init(jax.random.key(0))
     runner = EnvRunner("CartPole-v1", num_envs=2, seed=0)
     rollout = runner.sample(algorithm.explore, state.modules[module_id], 16, jax.random.key(1))
-    experience = {
-        "obs": rollout.obs,
-        "actions": rollout.actions,
-        "rewards": rollout.rewards,
-        "terminated": rollout.terminated,
-        "truncated": rollout.truncated,
-        "next_obs": rollout.next_obs,
-        "valid": rollout.valid,
-        **rollout.extras,
-    }
+    experience = rollout.experience()
     rows = jax.jit(algorithm.transitions)(experience)
     buffer = replay_buffer.replay_buffer_init(jax.tree.map(lambda x: x[0], rows), 64)
     buffer = replay_buffer.add(buffer, rows)

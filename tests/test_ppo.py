@@ -65,15 +65,7 @@ def collect(algorithm, state, num_envs=2, steps=16):
     runner = EnvRunner("CartPole-v1", num_envs=num_envs, seed=0)
     module = state.modules[algorithm.module_id]
     rollout = runner.sample(algorithm.explore, module, steps, jax.random.key(1))
-    experience = {
-        "obs": rollout.obs,
-        "rewards": rollout.rewards,
-        "terminated": rollout.terminated,
-        "truncated": rollout.truncated,
-        "next_obs": rollout.next_obs,
-        "valid": rollout.valid,
-        **rollout.extras,
-    }
+    experience = rollout.experience()
     return rollout, experience
 
 
