@@ -7,6 +7,7 @@ from pathlib import Path
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -148,6 +149,39 @@ def test_get_returns_a_state_the_plain_learner_updates():
     local = group.get(state)
     assert len(local.modules["policy"].params["params"]["kernel"].devices()) == 1
     learner.update(local, regression_batch())
+
+
+def _still_running(state, sharding):
+    """``state`` as the output of a computation that keeps the devices busy a while."""
+
+    def busy(state):
+        square = jnp.full((128, 128), 0.01, jnp.float32)
+        spin = jax.lax.fori_loop(0, 4000, lambda _, c: jnp.tanh(c @ c), square)[0, 0]
+
+        def delay(x):
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+                return x
+            return x + (0 * spin).astype(x.dtype)
+
+        return jax.tree.map(delay, state)
+
+    return jax.jit(busy, out_shardings=sharding)(state)
+
+
+@pytest.mark.parametrize("runner", ["learner", "group"])
+def test_update_returns_without_waiting_for_the_devices(runner):
+    # The state is the output of a long computation still running; an update that
+    # read any value on the host (validation, metrics) would wait for it to finish.
+    learner = one_module_learner()
+    target = jl.LearnerGroup(learner) if runner == "group" else learner
+    sharding = target.state_sharding if runner == "group" else None
+    state = target.init(jax.random.key(0), regression_batch())
+    jax.block_until_ready(target.update(_still_running(state, sharding), regression_batch()))
+    busy_state = _still_running(state, sharding)
+    new_state, metrics = target.update(busy_state, regression_batch())
+    assert not busy_state.modules["policy"].grad_steps.is_ready()
+    assert not metrics["policy"]["total_loss"].is_ready()
+    assert int(new_state.modules["policy"].grad_steps) == 64 // 16 * 2
 
 
 def _free_port():
