@@ -390,7 +390,8 @@ class Trainer:
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves everything needed to continue exactly: learner state, counters, env
-        state, the trainer's key and the replay buffer.
+        state, the trainer's key, the replay buffer and :attr:`history` (which
+        stop conditions such as ``Plateau`` read).
 
         Args:
           checkpoint: the manager to save with.
@@ -411,6 +412,7 @@ class Trainer:
             arrays["buffer"] = self._buffer
         extra = {
             "trainer": dataclasses.asdict(self.counters),
+            "history": [_jsonable_stats(entry) for entry in self.history],
             "runner": self._runner.get_state(),
             "updates_due": 0.0 if self._algorithm.on_policy else self._updates_due,
             "uncounted_env_steps": 0 if self._algorithm.on_policy else self._uncounted_env_steps,
@@ -424,10 +426,11 @@ class Trainer:
     def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
         """Continues from a step saved by :meth:`save` (default: the latest).
 
-        The learner state, counters, trainer key, replay buffer and the
-        environments' state come back, so the next iterations equal those of
-        an uninterrupted run (for environments whose state the runner can
-        capture; see :meth:`~jaxlearner.env_runner.EnvRunner.get_state`).
+        The learner state, counters, history, trainer key, replay buffer and
+        the environments' state come back, so the next iterations (and when
+        :meth:`run`'s stop conditions hold) equal those of an uninterrupted
+        run (for environments whose state the runner can capture; see
+        :meth:`~jaxlearner.env_runner.EnvRunner.get_state`).
 
         Raises:
           ValueError: when the step was not saved by a trainer.
@@ -442,6 +445,10 @@ class Trainer:
             )
         self._state = state
         self.counters = TrainerCounters(**extra["trainer"])
+        self.history = [
+            {key: float(value) for key, value in entry.items()}
+            for entry in extra.get("history", [])
+        ]
         self._runner.set_state(extra["runner"])
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
         if "buffer" in arrays:
@@ -482,6 +489,14 @@ def _make_group(learner: Learner, devices: Any) -> LearnerGroup | None:
     raise ValueError(
         f"devices must be None, 'all', a number of devices or a list of devices; got {devices!r}."
     )
+
+
+def _jsonable_stats(stats: Mapping[str, float]) -> dict[str, float | str]:
+    """An iteration's stats as JSON holds them: non-finite values as ``"nan"``/``"inf"``."""
+    return {
+        key: float(value) if np.isfinite(value) else str(float(value))
+        for key, value in stats.items()
+    }
 
 
 def _episode_stats(counters: TrainerCounters) -> dict[str, float]:

@@ -104,6 +104,7 @@ def test_resume_continues_exactly(tmp_path):
     interrupted = small_trainer()
     for _ in range(3):
         interrupted.step()
+    interrupted.history[0]["eval/return_mean"] = float("nan")  # JSON has no NaN
     with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
         assert interrupted.save(checkpoint) == 3
         checkpoint.wait_until_finished()
@@ -111,6 +112,10 @@ def test_resume_continues_exactly(tmp_path):
     with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
         resumed.restore(checkpoint)
     assert resumed.counters.iteration == 3 and resumed.counters.env_steps == 768
+    # The history comes back too: stop conditions read it.
+    assert np.isnan(resumed.history[0].pop("eval/return_mean"))
+    del interrupted.history[0]["eval/return_mean"]
+    assert resumed.history == interrupted.history
     continued = [resumed.step() for _ in range(2)]
     for want, got in zip(expected[3:], continued, strict=True):
         assert {k: v for k, v in want.items() if k not in TIMING} == {
