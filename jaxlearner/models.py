@@ -236,25 +236,35 @@ class QNetwork(nn.Module):
     """Q-values over discrete actions: ``obs -> q [..., num_actions]``.
 
     With ``dueling`` (Wang et al. 2016, https://arxiv.org/abs/1511.06581):
-    ``q = value + advantage - mean(advantage)`` from two linear streams.
+    ``q = value + advantage - mean(advantage)`` from two streams.
 
     Attributes:
       encoder: observations to features.
       num_actions: the number of actions.
       dueling: use the dueling decomposition.
+      head_hidden_sizes: hidden layers of each head (of each stream when
+        dueling) before its output layer; ``()``: linear heads.
+      activation: the head layers' activation.
     """
 
     encoder: nn.Module
     num_actions: int
     dueling: bool = False
+    head_hidden_sizes: Sequence[int] = ()
+    activation: str = "relu"
+
+    def _head(self, features: jax.Array, size: int, name: str) -> jax.Array:
+        if self.head_hidden_sizes:
+            features = MLP(self.head_hidden_sizes, self.activation, name=f"{name}_hidden")(features)
+        return orthogonal_dense(size, 1.0, name)(features)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         features = self.encoder(obs)
         if not self.dueling:
-            return orthogonal_dense(self.num_actions, 1.0, "q")(features)
-        value = orthogonal_dense(1, 1.0, "value")(features)
-        advantage = orthogonal_dense(self.num_actions, 1.0, "advantage")(features)
+            return self._head(features, self.num_actions, "q")
+        value = self._head(features, 1, "value")
+        advantage = self._head(features, self.num_actions, "advantage")
         return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
 
 
@@ -264,6 +274,7 @@ def q_network(
     hidden_sizes: Sequence[int] = (256, 256),
     activation: str = "relu",
     dueling: bool = False,
+    head_hidden_sizes: Sequence[int] = (),
 ) -> QNetwork:
     """DQN's :class:`QNetwork` for two gymnasium spaces.
 
@@ -271,8 +282,9 @@ def q_network(
       observation_space: see :func:`encoder_for`.
       action_space: a ``Discrete`` space (actions are indices in ``[0, n)``).
       hidden_sizes: the encoder's MLP layers.
-      activation: the MLP's activation.
+      activation: the MLPs' activation.
       dueling: use the dueling decomposition.
+      head_hidden_sizes: hidden layers of each head or dueling stream.
 
     Returns:
       ``obs [..., *obs_shape] -> q [..., n]``.
@@ -291,7 +303,8 @@ def q_network(
             "For Box actions use sac_networks."
         )
     encoder = encoder_for(observation_space, hidden_sizes, activation)
-    return QNetwork(encoder, int(action_space.n), dueling)
+    head = MLP(head_hidden_sizes, activation)  # checks the sizes now, not when traced
+    return QNetwork(encoder, int(action_space.n), dueling, head.hidden_sizes, activation)
 
 
 class StateActionValue(nn.Module):

@@ -255,6 +255,12 @@ def test_config_validation_and_recipe_round_trip():
     assert algorithm.learning_starts == 1000 and algorithm.rollout_steps(8) == 4
     default = jl.algorithms.build("dqn", CARTPOLE.observation_space, CARTPOLE.action_space)
     assert default.updates_per_step == 1.0 and default.config.grad_clip == 40.0
+    deep = jl.algorithms.dqn(
+        CARTPOLE.observation_space, CARTPOLE.action_space, {"head_hidden_sizes": [32]}
+    )
+    params = deep.init(jax.random.key(0)).modules["default_policy"].params["params"]
+    assert params["advantage_hidden"]["dense_0"]["kernel"].shape == (256, 32)
+    assert jl.algorithms.algorithm_for(deep).config.head_hidden_sizes == (32,)
 
     with pytest.raises(ValueError, match=r"Unknown DQNConfig field\(s\) \['buffer_size'\]; valid"):
         jl.algorithms.dqn(CARTPOLE.observation_space, CARTPOLE.action_space, {"buffer_size": 1})

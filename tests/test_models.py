@@ -196,6 +196,14 @@ def test_q_network_shapes_and_dueling_decomposition(jit):
     np.testing.assert_allclose(q.mean(-1), value[:, 0], rtol=1e-5, atol=1e-6)
     plain = q_network(BOX, spaces.Discrete(2))
     assert set(abstract_init(plain, jnp.zeros((1, 4)))["params"]) == {"encoder", "q"}
+    # RLlib's old-stack dueling streams: a hidden layer each before the output layer.
+    deep = q_network(BOX, spaces.Discrete(3), (8,), dueling=True, head_hidden_sizes=(16,))
+    shapes = abstract_init(deep, jnp.zeros((1, 4)))["params"]
+    assert set(shapes) == {"encoder", "value_hidden", "value", "advantage_hidden", "advantage"}
+    assert shapes["value_hidden"]["dense_0"]["kernel"] == (8, 16)
+    assert shapes["advantage"]["kernel"] == (16, 3)
+    with pytest.raises(ValueError, match="MLP.hidden_sizes must be positive ints"):
+        q_network(BOX, spaces.Discrete(2), head_hidden_sizes=(0,))
     with pytest.raises(TypeError, match="q_network supports Discrete action spaces only"):
         q_network(BOX, spaces.Box(-1, 1, (2,)))
 

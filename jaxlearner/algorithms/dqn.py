@@ -24,6 +24,8 @@ field                                         default         meaning (RLlib's n
 ``double_q``                                  True            online argmax, target evaluation
 ``dueling``                                   True            value + advantage streams
 ``hidden_sizes``                              (256, 256)      ``fcnet_hiddens``
+``head_hidden_sizes``                         ()              ``head_fcnet_hiddens``: hidden
+                                                              layers of each (dueling) head
 ``activation``                                "relu"          ``fcnet_activation``
 ``epsilon``                                   ((0, 1.0),      epsilon-greedy: a piecewise schedule
                                               (10000, 0.05))  over env steps, or a constant
@@ -32,8 +34,10 @@ field                                         default         meaning (RLlib's n
 ``grad_clip_by``                              "global_norm"   "value", "norm" or "global_norm"
 ============================================  ==============  ==================================
 
-RLlib's dueling streams have a hidden layer of 256 units each (``hiddens``);
-here they are linear heads on the encoder's features.
+The heads are linear on the encoder's features by default, as with RLlib's
+new API stack (``head_fcnet_hiddens=[]``); RLlib's old stack gave each dueling
+stream a hidden layer of 256 units (``hiddens=[256]``), which is
+``head_hidden_sizes=(256,)`` here.
 
 The loss is ``mean(mask * L(Q(s, a) - y))`` with ``L`` the Huber loss (delta
 1) or the squared error and the target
@@ -130,6 +134,7 @@ class DQNConfig:
     double_q: bool = True
     dueling: bool = True
     hidden_sizes: tuple[int, ...] = (256, 256)
+    head_hidden_sizes: tuple[int, ...] = ()
     activation: str = "relu"
     epsilon: ScheduleLike = ((0, 1.0), (10_000, 0.05))
     td_error_loss_fn: str = "huber"
@@ -168,6 +173,7 @@ class DQNConfig:
                 f"than train_batch_size ({self.train_batch_size})."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
 
 
 def dqn_loss(double_q: bool = True, td_error_loss_fn: str = "huber"):
@@ -285,7 +291,12 @@ def build(
     """
     config = make_config(DQNConfig, config)
     model = q_network(
-        observation_space, action_space, config.hidden_sizes, config.activation, config.dueling
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        config.dueling,
+        config.head_hidden_sizes,
     )
     num_actions, start = int(action_space.n), int(action_space.start)
     if config.tau == 1.0:
