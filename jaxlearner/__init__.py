@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         replay_buffer,
         rollouts,
         sweeps,
+        video,
     )
     from jaxlearner.checkpoint import (
         CheckpointCorruptedError,
@@ -81,6 +82,7 @@ _LAZY = {
     "replay_buffer": None,
     "rollouts": None,
     "sweeps": None,
+    "video": None,
 }
 
 
@@ -143,5 +145,6 @@ __all__ = [
     "restore",
     "rollouts",
     "sweeps",
+    "video",
     "with_hyperparams",
 ]

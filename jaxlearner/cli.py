@@ -6,7 +6,8 @@
   ``runs/NAME/checkpoints`` periodically and at the end, and prints where
   everything went.
 * ``jaxlearner eval runs/NAME`` restores the latest (or best) checkpoint and
-  reports evaluation returns.
+  reports evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one
+  episode, ``--render human`` plays one in a window.
 * ``jaxlearner plot runs/NAME [more runs]`` writes a learning-curve PNG.
 
 Bad arguments print one line and exit with status 2.
@@ -152,6 +153,17 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
     which.add_argument("--step", type=int, help="a specific checkpoint step")
     evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument(
+        "--render",
+        choices=("rgb_array", "human"),
+        help="also play one episode: 'human' in a window, 'rgb_array' into --video",
+    )
+    evaluate.add_argument(
+        "--video",
+        metavar="PATH",
+        help="write one episode as a .gif or .mp4 (implies --render rgb_array; "
+        "needs jaxlearner[video])",
+    )
 
     plot = commands.add_parser("plot", help="plot learning curves")
     plot.add_argument("runs", nargs="+", help="run folders")
@@ -336,6 +348,7 @@ def _eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from jaxlearner.env_runner import EnvRunner, evaluate
 
     run, info = _read_run(args.run)
+    video = _video_path(args)
     options = {"read_only": True}
     if args.best:
         options["best_metric"] = "eval/return_mean"
@@ -365,7 +378,56 @@ def _eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"{results['return_max']:.1f}) over {int(results['episodes'])} episodes, mean length "
         f"{results['length_mean']:.1f}"
     )
+    if args.render is not None or video is not None:
+        _play_episode(info["env"], algorithm, state, video, args)
     return 0
+
+
+def _video_path(args: argparse.Namespace) -> pathlib.Path | None:
+    """The ``--video`` file, checked before anything is restored."""
+    from jaxlearner.video import check_video_path
+
+    if args.video is None:
+        if args.render == "rgb_array":
+            raise _UsageError("--render rgb_array records frames: give --video PATH (.gif/.mp4)")
+        return None
+    if args.render == "human":
+        raise _UsageError("--video records rgb_array frames; drop --render human")
+    try:
+        return check_video_path(args.video)
+    except ValueError as error:
+        raise _UsageError(str(error)) from None
+
+
+def _play_episode(
+    env: str, algorithm: Any, state: Any, video: pathlib.Path | None, args: argparse.Namespace
+) -> None:
+    """One episode with the deterministic policy, in a window or into a video file."""
+    import gymnasium as gym
+    import jax
+
+    from jaxlearner.env_runner import EnvRunner
+    from jaxlearner.video import fps_of, record_episode, write_video
+
+    mode = "human" if video is None else "rgb_array"
+    params = state.modules[algorithm.module_id]
+    key = jax.random.key(args.seed)
+    try:
+        runner = EnvRunner(env, env_config={"render_mode": mode}, seed=args.seed)
+        try:
+            frames, episode_return = record_episode(
+                runner, algorithm.exploit, params, key, seed=args.seed
+            )
+            if video is not None:
+                write_video(video, frames, fps=fps_of(runner))
+        finally:
+            runner.close()
+    except (gym.error.DependencyNotInstalled, ImportError) as error:
+        raise _UsageError(f"{error} (pip install 'jaxlearner[video]')") from None
+    if video is None:
+        print(f"played one episode in a window: return {episode_return:.1f}")
+    else:
+        print(f"video of one episode (return {episode_return:.1f}, {len(frames)} frames): {video}")
 
 
 def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -52,6 +52,22 @@ def test_eval_restores_the_checkpoint(run, capsys):
     assert main(["eval", str(run), "--episodes", "2", "--best"]) == 0
 
 
+@pytest.mark.parametrize("suffix", [".gif", ".mp4"])
+def test_eval_writes_a_video_of_one_episode(run, tmp_path, capsys, suffix):
+    target = tmp_path / f"episode{suffix}"
+    assert main(["eval", str(run), "--episodes", "1", "--video", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert f"frames): {target}" in out and target.stat().st_size > 1000
+    frames = int(out.split("video of one episode (return ")[1].split(", ")[1].split()[0])
+    assert frames >= 8  # CartPole cannot end sooner
+
+
+def test_eval_plays_one_episode_in_a_window(run, capsys, monkeypatch):
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # a window without a display
+    assert main(["eval", str(run), "--episodes", "1", "--render", "human"]) == 0
+    assert "played one episode in a window: return" in capsys.readouterr().out
+
+
 def test_plot_writes_a_png(run, tmp_path, capsys):
     target = tmp_path / "curve.png"
     assert main(["plot", str(run), str(run), "--out", str(target)]) == 0
@@ -69,11 +85,17 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["train", "ppo", "--devices", "many"], "--devices takes 'all' or a number"),
         (["train", "ppo", "--env", "NoSuchEnv-v0"], "NoSuchEnv"),
         (["eval", "/nonexistent/run"], "is not a run folder of 'jaxlearner train'"),
+        (["eval", "RUN", "--video", "out.avi"], "A video is written as one of ['.gif', '.mp4']"),
+        (["eval", "RUN", "--video", "/no/such/dir/a.gif"], "The video's folder '/no/such/dir'"),
+        (["eval", "RUN", "--render", "rgb_array"], "--render rgb_array records frames: give"),
+        (["eval", "RUN", "--render", "human", "--video", "a.gif"], "drop --render human"),
+        (["eval", "RUN", "--render", "ascii"], "argument --render: invalid choice: 'ascii'"),
         (["plot"], "the following arguments are required: runs"),
         ([], "the following arguments are required: command"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path):
+def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path, run):
+    argv = [str(run) if a == "RUN" else a for a in argv]
     with pytest.raises(SystemExit) as exited:
         main([*argv, *(["--out", str(tmp_path / "x")] if argv[:1] == ["train"] else [])])
     assert exited.value.code == 2

@@ -24,6 +24,9 @@ ALLOWED = {
     "mlflow": {"loggers.py"},
     "tqdm": {"loggers.py"},
     "gymnax": {"envs/gymnax.py"},
+    "PIL": {"video.py"},
+    "imageio": {"video.py"},
+    "imageio_ffmpeg": {"video.py"},
 }
 
 
