@@ -375,3 +375,28 @@ def test_ppo_learns_cartpole_for_four_seeds_in_one_call():
     print(f"Anakin PPO CartPole, 4 seeds x 409,600 env steps: {seconds:.0f} s, final {final}")
     assert metrics["eval/env_steps"][0, -1] == 409_600
     assert np.all(final >= 475.0), final
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole_for_two_seeds_in_one_call():
+    # The Trainer's DQN learning config (tests/test_dqn.py), with the replay buffer on the
+    # device inside the compiled run. DQN's evaluations swing on CartPole (500, then ~150
+    # while the target network catches up), so each seed must reach 475 at an evaluation.
+    config = {
+        "lr": 2.3e-3,
+        "train_batch_size": 64,
+        "training_intensity": 32,
+        "n_step": 3,
+        "rollout_fragment_length": 8,
+        "epsilon": [[0, 1.0], [8000, 0.04]],
+        "target_network_update_freq": 256,
+        "replay_buffer_capacity": 100_000,
+    }
+    run = anakin.AnakinConfig(num_envs=8, num_iterations=400, eval_interval=50, eval_envs=32)
+    train = anakin.make_train(build("dqn", config), CARTPOLE, run)
+    start = time.perf_counter()
+    _, metrics = sweeps.train_seeds(train, jax.random.key(0), num_seeds=2)
+    returns = np.asarray(metrics["eval/return_mean"])  # [seeds, evaluations]
+    print(f"Anakin DQN CartPole, 2 seeds: {time.perf_counter() - start:.0f} s, evals {returns}")
+    assert metrics["eval/env_steps"][0, -1] == 26_560
+    assert np.all(returns.max(axis=1) >= 475.0), returns
