@@ -24,7 +24,7 @@ from typing import Any, Literal, final
 import jax
 import numpy as np
 
-from jaxlearner import replay_buffer
+from jaxlearner import checkpoint_metadata, replay_buffer
 from jaxlearner.algorithms import Algorithm, algorithm_for
 from jaxlearner.checkpoint import CheckpointManager
 from jaxlearner.env_runner import EnvLike, EnvRunner, evaluate
@@ -412,7 +412,8 @@ class Trainer:
             arrays["buffer"] = self._buffer
         extra = {
             "trainer": dataclasses.asdict(self.counters),
-            "history": [_jsonable_stats(entry) for entry in self.history],
+            # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
+            "history": [checkpoint_metadata.flatten_metrics(entry) for entry in self.history],
             "runner": self._runner.get_state(),
             "updates_due": 0.0 if self._algorithm.on_policy else self._updates_due,
             "uncounted_env_steps": 0 if self._algorithm.on_policy else self._uncounted_env_steps,
@@ -489,14 +490,6 @@ def _make_group(learner: Learner, devices: Any) -> LearnerGroup | None:
     raise ValueError(
         f"devices must be None, 'all', a number of devices or a list of devices; got {devices!r}."
     )
-
-
-def _jsonable_stats(stats: Mapping[str, float]) -> dict[str, float | str]:
-    """An iteration's stats as JSON holds them: non-finite values as ``"nan"``/``"inf"``."""
-    return {
-        key: float(value) if np.isfinite(value) else str(float(value))
-        for key, value in stats.items()
-    }
 
 
 def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
