@@ -100,14 +100,9 @@ def record_episode(
     frames = capture()
     for step_key in jax.random.split(key, max_steps):
         rollout = runner.sample(policy, params, 1, step_key)
-        first = [
-            r
-            for r, env in zip(rollout.episode_returns, rollout.episode_envs, strict=True)
-            if env == 0
-        ]
-        if first:
+        if 0 in rollout.episode_envs:
             # The first sub-environment has already reset (its frame is the next episode's).
-            return frames, float(first[0])
+            return frames, rollout.episode_returns[rollout.episode_envs.index(0)]
         frames += capture()
     raise RuntimeError(f"The recorded episode did not end within {max_steps} steps.")
 
