@@ -72,3 +72,17 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
     assert jax.tree.structure(a) == jax.tree.structure(b)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+# DQN settings that learn CartPole-v1 in CI, with the Trainer (test_dqn) and in one compiled
+# anakin run (test_anakin).
+DQN_CARTPOLE = {
+    "lr": 2.3e-3,
+    "train_batch_size": 64,
+    "training_intensity": 32,
+    "n_step": 3,
+    "rollout_fragment_length": 8,
+    "epsilon": [[0, 1.0], [8000, 0.04]],
+    "target_network_update_freq": 256,
+    "replay_buffer_capacity": 100_000,
+}

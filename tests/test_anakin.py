@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import assert_trees_close
+from helpers import DQN_CARTPOLE, assert_trees_close
 
 import jaxlearner as jl
 from jaxlearner import anakin, envs, plotting, rollouts, sweeps
@@ -379,21 +379,11 @@ def test_ppo_learns_cartpole_for_four_seeds_in_one_call():
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_for_two_seeds_in_one_call():
-    # The Trainer's DQN learning config (tests/test_dqn.py), with the replay buffer on the
-    # device inside the compiled run. DQN's evaluations swing on CartPole (500, then ~150
-    # while the target network catches up), so each seed must reach 475 at an evaluation.
-    config = {
-        "lr": 2.3e-3,
-        "train_batch_size": 64,
-        "training_intensity": 32,
-        "n_step": 3,
-        "rollout_fragment_length": 8,
-        "epsilon": [[0, 1.0], [8000, 0.04]],
-        "target_network_update_freq": 256,
-        "replay_buffer_capacity": 100_000,
-    }
+    # The Trainer's DQN learning config, with the replay buffer on the device inside the
+    # compiled run. DQN's evaluations swing on CartPole (500, then ~150 while the target
+    # network catches up), so each seed must reach 475 at an evaluation.
     run = anakin.AnakinConfig(num_envs=8, num_iterations=400, eval_interval=50, eval_envs=32)
-    train = anakin.make_train(build("dqn", config), CARTPOLE, run)
+    train = anakin.make_train(build("dqn", DQN_CARTPOLE), CARTPOLE, run)
     start = time.perf_counter()
     _, metrics = sweeps.train_seeds(train, jax.random.key(0), num_seeds=2)
     returns = np.asarray(metrics["eval/return_mean"])  # [seeds, evaluations]

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import maybe_jit, tree_equal
+from helpers import DQN_CARTPOLE, maybe_jit, tree_equal
 
 import jaxlearner as jl
 from jaxlearner import replay_buffer
@@ -314,18 +314,8 @@ def test_updates_on_replay_batches_from_an_env_runner_compile_once():
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole():
-    config = {
-        "lr": 2.3e-3,
-        "train_batch_size": 64,
-        "training_intensity": 32,
-        "n_step": 3,
-        "rollout_fragment_length": 8,
-        "epsilon": [[0, 1.0], [8000, 0.04]],
-        "target_network_update_freq": 256,
-        "replay_buffer_capacity": 100_000,
-    }
     env = gym.make("CartPole-v1")
-    learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
+    learner = jl.algorithms.dqn(env.observation_space, env.action_space, DQN_CARTPOLE)
     trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
     start = time.perf_counter()
     history = trainer.run([jl.RewardBound(450.0), jl.MaxEnvSteps(60_000)], steps_per_eval=2560)
