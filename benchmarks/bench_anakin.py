@@ -26,7 +26,6 @@ reached 475 (compiled, no evaluation).
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -36,12 +35,11 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ppo_workload import machine
+from ppo_workload import machine, write_results
 
 import jaxlearner as jl
 from jaxlearner import anakin, envs
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 THRESHOLD = 475.0
 NUM_ENVS = 16
 MAX_ITERATIONS = 400  # the learning rate reaches 0 at 400 x 1024 env steps
@@ -152,8 +150,7 @@ def main() -> None:
         "machine": machine(),
         "results": results,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_anakin.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results("bench_anakin", report)
     print(f"machine: {report['machine']}")
     print(
         "| path | seeds reaching 475 | compile (s) | wall time to 475, all seeds (s) | "

@@ -12,7 +12,6 @@ included). Writes ``benchmarks/results/bench_e2e.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import statistics
 import subprocess
@@ -21,11 +20,10 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ppo_workload import machine
+from ppo_workload import machine, write_results
 
 from jaxlearner.loggers import read_json_lines
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 THRESHOLDS = {"ppo": 475.0, "dqn": 400.0, "sac": -250.0}
 
 
@@ -81,8 +79,7 @@ def main() -> None:
                 run_once(algorithm, seed, pathlib.Path(folder)) for seed in args.seeds
             ]
     report = {"machine": machine(), "thresholds": THRESHOLDS, "results": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_e2e.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results("bench_e2e", report)
     print(f"machine: {report['machine']}")
     print(
         "| algorithm | environment | threshold | seeds reaching it | median env steps | "

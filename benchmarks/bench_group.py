@@ -10,7 +10,6 @@ scaling; on a GPU/TPU host (no fake devices) it shows scaling. Writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
@@ -31,8 +30,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ppo_workload as w  # noqa: E402
 
 import jaxlearner as jl  # noqa: E402
-
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -63,8 +60,7 @@ def main() -> None:
         calls[name] = call
     results = w.measure(calls, args.repeats)
     report = {"machine": w.machine(), "results": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_group.json").write_text(json.dumps(report, indent=2) + "\n")
+    w.write_results("bench_group", report)
     print(f"machine: {report['machine']}")
     print(w.table(results))
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import pathlib
 import sys
 
@@ -53,7 +52,6 @@ import jaxlearner as jl
 from jaxlearner import replay_buffer
 from jaxlearner.distribution_spec import make_distribution
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 MODULE_ID = "default_policy"
 
 
@@ -261,8 +259,7 @@ def main() -> None:
             "results": results,
             "ratios": {k: r["median_s"] / baseline for k, r in results.items()},
         }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_off_policy.json").write_text(json.dumps(report, indent=2) + "\n")
+    w.write_results("bench_off_policy", report)
     print(f"machine: {report['machine']}; {args.steps} gradient steps per timed call")
     print("| workload | variant | compile (s) | grad steps / s | median (ms / step) | ratio |")
     print("|---|---|---|---|---|---|")

@@ -8,7 +8,6 @@ Run: ``python benchmarks/bench_update.py [--repeats 7]``. Writes
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 
@@ -16,8 +15,6 @@ import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ppo_workload as w
-
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -50,8 +47,7 @@ def main() -> None:
         "results": results,
         "ratio": ratio,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_update.json").write_text(json.dumps(report, indent=2) + "\n")
+    w.write_results("bench_update", report)
     print(f"machine: {report['machine']}")
     print(w.table(results))
     print(f"ratio learner / hand-written: {ratio:.3f} (goal <= 1.05)")

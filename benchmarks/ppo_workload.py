@@ -11,7 +11,9 @@ learner adds around the loss.
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 import platform
 import statistics
 import time
@@ -138,6 +140,17 @@ def measure(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, d
             "repeats": repeats,
         }
     return results
+
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def write_results(name: str, report: dict) -> pathlib.Path:
+    """Writes ``report`` as ``benchmarks/results/NAME.json``; returns the path."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
 
 
 def machine() -> str:
