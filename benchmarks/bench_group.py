@@ -1,4 +1,4 @@
-"""``LearnerGroup.update`` time per device count, on the PPO workload of bench_update.py.
+"""``learner.on(n).update`` time per device count, on the PPO workload of bench_update.py.
 
 Run: ``python benchmarks/bench_group.py [--repeats 5] [--fake-cpu-devices 8]``.
 On a CPU host the devices are fake (``--xla_force_host_platform_device_count``)
@@ -29,8 +29,6 @@ import jax  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ppo_workload as w  # noqa: E402
 
-import jaxlearner as jl  # noqa: E402
-
 
 def main() -> None:
     batch = w.make_batch()
@@ -38,23 +36,23 @@ def main() -> None:
     counts = [n for n in (1, 2, 4, 8) if n <= jax.device_count()]
     learner = w.make_learner()
     state = learner.init(jax.random.key(0))
-    calls, holders = {"learner.update (no group)": None}, {}
-    holders["learner.update (no group)"] = state
+    calls, holders = {"learner.update (no mesh)": None}, {}
+    holders["learner.update (no mesh)"] = state
 
     def plain():
-        holders["learner.update (no group)"], metrics = learner.update(
-            holders["learner.update (no group)"], batch
+        holders["learner.update (no mesh)"], metrics = learner.update(
+            holders["learner.update (no mesh)"], batch
         )
         return metrics
 
-    calls["learner.update (no group)"] = plain
+    calls["learner.update (no mesh)"] = plain
     for n in counts:
-        group = jl.LearnerGroup(learner, devices=jax.devices()[:n])
-        name = f"group, {n} device{'s' if n > 1 else ''}"
-        holders[name] = group.put(state)
+        placed = learner.on(n)
+        name = f"mesh, {n} device{'s' if n > 1 else ''}"
+        holders[name] = placed.placement.put(state)
 
-        def call(group=group, name=name):
-            holders[name], metrics = group.update(holders[name], batch)
+        def call(placed=placed, name=name):
+            holders[name], metrics = placed.update(holders[name], batch)
             return metrics
 
         calls[name] = call

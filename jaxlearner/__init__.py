@@ -8,8 +8,9 @@ pure, jitted ``update(state, batch) -> (state, metrics)``.
 Example:
   >>> import jax, optax, jaxlearner as jl
   >>> spec = jl.ModuleSpec(model, loss, optax.adam(3e-4))              # doctest: +SKIP
-  >>> learner = jl.Learner({"policy": spec}, minibatch_size=128, num_epochs=30)  # doctest: +SKIP
-  >>> state = learner.init(jax.random.key(0), sample_batch)            # doctest: +SKIP
+  >>> learner = jl.Learner({"policy": spec}, minibatch_size=128, num_epochs=30,
+  ...                      sample_batch=sample_batch)                     # doctest: +SKIP
+  >>> state = learner.init(jax.random.key(0))                          # doctest: +SKIP
   >>> state, metrics = learner.update(state, batch)                    # doctest: +SKIP
 """
 
@@ -27,9 +28,11 @@ from jaxlearner.context import LossContext
 from jaxlearner.group import LearnerGroup
 from jaxlearner.hyperparams import with_hyperparams
 from jaxlearner.learner import Learner
+from jaxlearner.learner_config import LearnerConfig
 from jaxlearner.metrics import ALL_MODULES
 from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.optimizer import DEFAULT_OPTIMIZER, Optimizer
+from jaxlearner.placement import Placement
 from jaxlearner.registry import learner_from_recipe, register_recipe, registered_recipes
 from jaxlearner.schedules import Schedule, piecewise_schedule
 from jaxlearner.state import LearnerState, ModuleState
@@ -45,7 +48,10 @@ from jaxlearner.stop_conditions import (
     StopsDecreasing,
     StopsIncreasing,
 )
-from jaxlearner.update import UpdateConfig, make_update
+from jaxlearner.update import make_update
+
+UpdateConfig = LearnerConfig
+"""The old name of :class:`LearnerConfig` (one config now serves the learner and its update)."""
 
 if TYPE_CHECKING:
     from jaxlearner import (
@@ -109,6 +115,7 @@ __all__ = [
     "CheckpointManager",
     "CheckpointOptions",
     "Learner",
+    "LearnerConfig",
     "LearnerGroup",
     "LearnerState",
     "LossContext",
@@ -118,6 +125,7 @@ __all__ = [
     "ModuleSpec",
     "ModuleState",
     "Optimizer",
+    "Placement",
     "Plateau",
     "RewardBound",
     "Schedule",

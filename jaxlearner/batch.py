@@ -1,10 +1,10 @@
 """Batches: their recorded layout, validation before tracing, and minibatch blocks.
 
 A batch is a pytree of arrays with a shared leading axis ``[B, ...]``. A
-multi-module batch is ``{module_id: batch}``. At ``init`` the learner records
-each module's *layout*: the tree structure plus each leaf's trailing shape and
-dtype. Every later batch is checked against it in Python, before anything is
-traced, so a wrong key, shape or dtype is reported by name rather than as a
+multi-module batch is ``{module_id: batch}``. A learner built with a sample
+batch keeps each module's *layout*: the tree structure plus each leaf's
+trailing shape and dtype. Every batch is checked against it in Python, before
+anything is traced, so a wrong key, shape or dtype is reported by name rather than as a
 compile error or a silent recompilation.
 """
 
@@ -123,14 +123,14 @@ def validate_batch(module_id: str, batch: Batch, layout: Layout) -> int:
     extra = [p for p in received if p not in expected]
     if missing or extra:
         raise ReadableKeyError(
-            f"Module {module_id!r}: batch keys do not match the layout seen at init. "
+            f"Module {module_id!r}: batch keys do not match the learner's batch layout. "
             f"Missing: {_names(missing)}; unexpected: {_names(extra)}; expected keys: "
             f"{_names(expected)}."
         )
     if jax.tree.structure(batch) != jax.tree.structure(layout):
         raise ReadableKeyError(
             f"Module {module_id!r}: batch structure {jax.tree.structure(batch)} differs from "
-            f"the layout seen at init {jax.tree.structure(layout)}."
+            f"the learner's batch layout {jax.tree.structure(layout)}."
         )
     size = batch_size(module_id, batch)
     for path, spec in expected.items():
@@ -216,3 +216,36 @@ def epoch_blocks(
     if num_steps != num_minibatches:
         order = order[np.arange(num_steps) % num_minibatches]
     return jax.tree.map(lambda x: jnp.asarray(x)[order], batch)
+
+
+def zeros_like_layout(layout: Layout, rows: int = 1) -> Batch:
+    """A batch of zeros with ``layout``'s structure, trailing shapes and dtypes."""
+    return jax.tree.map(lambda s: np.zeros((rows, *s.shape), s.dtype), layout)
+
+
+def env_steps_by_module(
+    env_steps: int | Mapping[str, int] | None, sizes: Mapping[str, int]
+) -> dict[str, np.ndarray]:
+    """``env_steps`` as ``update`` takes it, as one int32 per module of the batch.
+
+    ``None`` counts each module's batch size; an int counts for every module.
+
+    Raises:
+      KeyError: when a mapping leaves out a module of the batch.
+      ValueError: on a negative, non-int or out-of-range count.
+    """
+    if env_steps is None:
+        return {m: np.int32(n) for m, n in sizes.items()}
+    if isinstance(env_steps, Mapping):
+        missing = sorted(set(sizes) - set(env_steps))
+        if missing:
+            raise ReadableKeyError(f"env_steps has no entry for module(s) {missing}.")
+        values = {m: env_steps[m] for m in sizes}
+    else:
+        values = dict.fromkeys(sizes, env_steps)
+    for m, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+            raise ValueError(f"env_steps for {m!r} must be a non-negative int; got {value!r}.")
+        if value > np.iinfo(np.int32).max:
+            raise ValueError(f"env_steps for {m!r} is {value}, above the int32 counter's range.")
+    return {m: np.int32(v) for m, v in values.items()}

@@ -37,7 +37,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxlearner.checkpoint_leaves import (
-    Placement,
     abstract_state,
     check_module_ids,
     check_structure,
@@ -181,7 +180,7 @@ class CheckpointManager:
         self,
         step: int,
         state: LearnerState,
-        learner: Learner | Placement,
+        learner: Learner,
         *,
         metrics: Metrics | None = None,
         extra: Mapping[str, Any] | None = None,
@@ -238,8 +237,9 @@ class CheckpointManager:
         learner.check_state(state)
         if learner.batch_layout is None:
             raise ValueError(
-                "save needs a learner that knows its batch layout: the learner that made the "
-                "state with init (or restored it)."
+                "save needs a learner that knows its batch layout, to restore the state later: "
+                "build it with jl.Learner(..., sample_batch=batch) (built-in algorithms know "
+                "theirs)."
             )
         flat_metrics = flatten_metrics(metrics)
         if self._options.best_metric is not None:
@@ -296,7 +296,7 @@ class CheckpointManager:
         check_format(step, self._directory, metadata)
         return metadata
 
-    def restore(self, target: Learner | Placement, step: int | None = None) -> LearnerState:
+    def restore(self, target: Learner, step: int | None = None) -> LearnerState:
         """Restores a step (default: the latest) as a state of ``target``.
 
         The expected state is built from the learner with ``jax.eval_shape``
@@ -342,7 +342,7 @@ class CheckpointManager:
         key_impl = next(
             (leaf["key_impl"] for leaf in metadata["leaves"] if "key_impl" in leaf), None
         )
-        abstract = abstract_state(learner.replace(), layout, key_impl)
+        abstract = abstract_state(learner, layout, key_impl)
         expected = [describe_leaf(path, leaf) for path, leaf in leaves_with_paths(abstract)]
         check_structure(step, metadata["leaves"], expected)
         if sharding is None:
@@ -358,10 +358,7 @@ class CheckpointManager:
         if self._options.verify:
             _verify_digests(step, saved, arrays)
         leaves = [logical_leaf(arrays[leaf["name"]], leaf, sharding) for leaf in saved]
-        state = jax.tree.unflatten(jax.tree.structure(abstract), leaves)
-        if learner.batch_layout is None:
-            abstract_state(learner, layout, key_impl)  # records the layout, as init does
-        return state
+        return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
 
     def restore_extra(self, step: int | None = None) -> tuple[Any, Any]:
         """The ``extra`` JSON and ``extra_arrays`` saved with a step (default: the latest).

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -174,8 +174,9 @@ def abstract_state(learner: Learner, layout: Mapping[str, Layout], key_impl: str
         )
         for module_id in learner.module_ids
     }
+    unplaced = learner.on()  # the abstract state needs no devices
     return jax.eval_shape(
-        lambda batch: learner.init(jax.random.key(0, impl=key_impl), batch), sample
+        lambda batch: unplaced.init(jax.random.key(0, impl=key_impl), batch), sample
     )
 
 
@@ -220,28 +221,14 @@ def check_structure(step: int, saved: list[dict[str, Any]], expected: list[dict[
         )
 
 
-class Placement(Protocol):
-    """Anything that runs a learner on a sharding, such as a :class:`~jaxlearner.LearnerGroup`."""
-
-    @property
-    def learner(self) -> Learner: ...
-
-    @property
-    def state_sharding(self) -> jax.sharding.Sharding: ...
-
-
 def unpack_target(target: object) -> tuple[Learner, jax.sharding.Sharding | None]:
-    """The learner of a restore or save target, and its sharding (``None`` for a learner)."""
+    """The learner of a restore or save target, and its placement's state sharding.
+
+    ``None`` stands for the default device.
+    """
     if isinstance(target, Learner):
-        return target, None
-    learner = getattr(target, "learner", None)
-    sharding = getattr(target, "state_sharding", None)
-    if isinstance(learner, Learner) and isinstance(sharding, jax.sharding.Sharding):
-        return learner, sharding
-    raise TypeError(
-        "Expected a jl.Learner, or an object with .learner (a jl.Learner) and .state_sharding "
-        f"(a jax.sharding.Sharding) such as a jl.LearnerGroup; got {type(target).__name__}."
-    )
+        return target, target.placement.state_sharding
+    raise TypeError(f"Expected a jl.Learner; got {type(target).__name__}.")
 
 
 def default_device() -> jax.Device:

@@ -53,7 +53,7 @@ def build_metadata(
         raise TypeError(
             f"The learner's recipe is not JSON-serialisable ({error}): {recipe!r}."
         ) from None
-    options = learner.options
+    config = learner.config
     layout = learner.batch_layout or {}
     return {
         "format": FORMAT,
@@ -79,12 +79,12 @@ def build_metadata(
         },
         "devices": _devices(state),
         "learner": {
-            "minibatch_size": options["minibatch_size"],
-            "num_epochs": options["num_epochs"],
-            "shuffle": options["shuffle"],
-            "skip_nonfinite": options["skip_nonfinite"],
+            "minibatch_size": config.minibatch_size,
+            "num_epochs": config.num_epochs,
+            "shuffle": config.shuffle,
+            "skip_nonfinite": config.skip_nonfinite,
             "modules_to_train": sorted(learner.modules_to_train),
-            "joint_loss": _name(options["loss"]) if options["loss"] is not None else None,
+            "joint_loss": _name(config.loss) if config.loss is not None else None,
         },
         "recipe": recipe,
         "metrics": metrics,

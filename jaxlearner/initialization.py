@@ -15,10 +15,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxlearner.batch import Layout, zeros_like_layout
 from jaxlearner.context import LossContext
 from jaxlearner.module_spec import ModuleSpec
-from jaxlearner.optimizer import init_optimizer, label_params
+from jaxlearner.optimizer import ModuleOptimizer
 from jaxlearner.schedules import initial_value
 from jaxlearner.state import ModuleState, zero_counter
 from jaxlearner.types import Batch, JointLossFn, Params, PyTree
@@ -211,12 +213,7 @@ def init_module_state(
     if params is None:
         args, kwargs = inputs
         params = spec.model.init(key, *args, **kwargs)
-    names = list(spec.named_optimizers)
-    labels = label_params(params, names, spec.param_labels, module_id)
-    opt_states = {
-        name: init_optimizer(optimizer, name, params, labels, single=len(names) == 1)
-        for name, optimizer in spec.named_optimizers.items()
-    }
+    opt_states = ModuleOptimizer(spec.named_optimizers, spec.param_labels, module_id).init(params)
     return ModuleState(
         params=params,
         opt_states=opt_states,
@@ -224,4 +221,61 @@ def init_module_state(
         hyperparams=_initial_hyperparams(spec),
         grad_steps=zero_counter(),
         env_steps=zero_counter(),
+    )
+
+
+def typed_key(key: Any) -> jax.Array:
+    """A typed PRNG key from a typed key or raw ``uint32[2]`` key data.
+
+    Raises:
+      TypeError: for anything else.
+    """
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32 and key.shape == (2,):
+        return jax.random.wrap_key_data(key)
+    raise TypeError(
+        f"Expected a PRNG key such as jax.random.key(0); got {type(key).__name__} {key!r}."
+    )
+
+
+def init_added_module(
+    specs: Mapping[str, ModuleSpec],
+    layout: Mapping[str, Layout] | None,
+    joint_loss: JointLossFn | None,
+    module_id: str,
+    spec: ModuleSpec,
+    sample_batch: Batch,
+    key: jax.Array,
+    params: Params | None = None,
+) -> ModuleState:
+    """The initial state of a module added to a learner of ``specs`` at runtime.
+
+    Args:
+      specs: the learner's modules before the addition.
+      layout: their batch layouts, or ``None``.
+      joint_loss: the learner's joint loss, if any (it then finds the new
+        model's inputs, on zeros for the other modules).
+      module_id: the new module's id.
+      spec: its spec.
+      sample_batch: a batch for the new module alone.
+      key: its init key.
+      params: params to start from instead of a fresh init.
+
+    Raises:
+      ValueError: when a joint loss must find the inputs but ``layout`` is unknown.
+    """
+    if params is None and spec.init_input is None and joint_loss is not None:
+        if layout is None:
+            raise ValueError(
+                "add_module with a joint loss needs the learner's batch layout to find the new "
+                "model's inputs: build the learner with sample_batch=..."
+            )
+        sample = {m: zeros_like_layout(layout[m]) for m in specs}
+        sample[module_id] = sample_batch
+        inputs = find_init_inputs({**specs, module_id: spec}, sample, key, joint_loss)
+    else:
+        inputs = find_init_inputs({module_id: spec}, {module_id: sample_batch}, key, None)
+    return init_module_state(
+        module_id, spec, module_key(key, module_id), inputs[module_id], params=params
     )

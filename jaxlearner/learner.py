@@ -1,82 +1,78 @@
-"""Learner: RLlib's multi-module learner as an immutable state and one jitted update.
+"""Learner: RLlib's multi-module learner as one frozen value with a pure, jitted update.
 
-The :class:`Learner` is a thin, immutable holder of the pure functions built
-by :func:`~jaxlearner.update.make_update` and of the configuration they
-close over. Its ``update`` is that pure function under one ``jax.jit``, with
-the batch validated in Python first. Structural changes
-(:meth:`Learner.add_module`, :meth:`Learner.remove_module`,
-:meth:`Learner.replace`) return a new learner, which compiles once for the new
-structure; the state moves over unchanged.
+A :class:`Learner` is an immutable value: the module specs, one
+:class:`~jaxlearner.LearnerConfig`, the batch layout and a
+:class:`~jaxlearner.Placement`. Nothing changes it after construction;
+``init``, ``update`` and checkpoint restores leave it equal to before.
+Structural changes (:meth:`Learner.add_module`, :meth:`Learner.remove_module`,
+:meth:`Learner.replace`, :meth:`Learner.on`) return a new learner, which
+compiles once for the new structure; the state moves over unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, TypeAlias, final
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, final
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxlearner.batch import (
     Layout,
-    batch_layout,
+    batch_size,
+    env_steps_by_module,
     minibatch_plan,
     normalize_batch,
     validate_batch,
+    zeros_like_layout,
 )
+from jaxlearner.batch import batch_layout as layout_of
 from jaxlearner.errors import ReadableKeyError
-from jaxlearner.initialization import find_init_inputs, init_module_state, module_key
-from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.initialization import (
+    find_init_inputs,
+    init_added_module,
+    init_module_state,
+    module_key,
+    typed_key,
+)
+from jaxlearner.learner_config import LearnerConfig
+from jaxlearner.module_spec import ModuleSpec, check_specs
+from jaxlearner.placement import DevicesLike, Placement
 from jaxlearner.state import LearnerState, zero_counter
-from jaxlearner.types import Batch, JointLossFn, Params
-from jaxlearner.update import LearnerUpdateFn, UpdateConfig, UpdateFn, make_update
+from jaxlearner.types import Batch, Params
+from jaxlearner.update import UpdateFn, make_update
 
-ModulesToTrain: TypeAlias = Collection[str] | Callable[[str], bool] | None
-"""``None`` (train all), a collection of module ids, or a predicate on ids."""
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LearnerConfig))
+_VALUE_FIELDS = ("modules", "batch_layout", "placement")
 
 
 @final
 class Learner:
-    """A multi-module learner with a pure, jitted ``update``.
+    """A multi-module learner with a pure, jitted ``update``; a frozen, hashable value.
 
     Args:
       modules: module id -> :class:`~jaxlearner.ModuleSpec`.
-      minibatch_size: rows per gradient step; ``None`` uses the whole batch as
-        one minibatch. When a module's batch of ``B`` rows does not divide
-        evenly, each epoch uses ``B // minibatch_size`` minibatches and leaves
-        the remaining ``B % minibatch_size`` rows out of that epoch (with
-        ``shuffle`` a different random subset each epoch, so every row is used
-        over the epochs). When modules' batches give different numbers of
-        minibatches, every epoch takes the largest number of steps and the
-        smaller modules cycle through theirs (RLlib's cyclic iterator).
-      num_epochs: passes over the batch per ``update``.
-      shuffle: permute the rows each epoch with the state's key; ``False``
-        keeps the batch order.
-      modules_to_train: ``None`` (all), a collection of ids, or a predicate
-        ``module_id -> bool``. Modules not trained keep their params,
-        optimizer states and counters bit-identical.
-      skip_nonfinite: on a minibatch step whose loss or gradients hold a
-        NaN/Inf, keep every trained module's state as it was (params,
-        optimizer states, extras, gradient-step counters) and count the step
-        (``metrics["__all__"]["num_skipped_steps"]``). The env steps the batch
-        accounts for are still counted once per update: the environment moved on.
-      jit: ``False`` runs the very same update eagerly (loops in Python,
-        losses on concrete arrays) so losses can be printed and stepped
-        through; results equal the jitted ones.
-      loss: an optional learner-level loss over all modules of a batch,
-        ``loss(params, batch, ctx) -> (scalar, metrics)`` with mappings by
-        module id (RLlib's ``compute_loss`` across modules); it replaces the
-        modules' own losses.
-      additional_updates: learner-level ``fn(state, metrics) -> state``, run at
-        the end of every update.
-      donate_state: donate the input state's buffers to the update
-        (``donate_argnums=0``): less memory, but the input state may not be
-        used afterwards.
-      batch_layout: each module's batch layout, for a learner that restores a
-        state instead of calling ``init`` (the checkpoint module passes it).
-      recipe: a JSON-serialisable description from which a registered builder
-        can rebuild this learner (``{"algorithm": name, ...}``); built-in
-        algorithms set it so a checkpoint can be restored without code.
+      config: a :class:`~jaxlearner.LearnerConfig`; or give its fields
+        (``minibatch_size``, ``num_epochs``, ``shuffle``, ``modules_to_train``,
+        ``skip_nonfinite``, ``jit``, ``loss``, ``additional_updates``,
+        ``donate_state``, ``recipe``) as keywords.
+      sample_batch: a batch with the shapes and dtypes later batches will have
+        (``{module_id: batch}``, or a plain batch for one module); the learner
+        keeps its layout and checks every batch against it in Python, before
+        tracing. Built-in algorithms know their layout already.
+      batch_layout: each module's layout instead of a sample batch (the
+        checkpoint module and the built-in algorithms pass it).
+      devices: where to run: ``None`` (the default device), ``"all"``, a count
+        or a list of devices; see :class:`~jaxlearner.Placement`.
+      mesh: a mesh with a ``"data"`` axis instead of ``devices``.
+      placement: a :class:`~jaxlearner.Placement` instead of ``devices``/``mesh``.
+      **options: the fields of :class:`~jaxlearner.LearnerConfig`.
+
+    Without ``sample_batch`` or ``batch_layout`` the learner checks each batch
+    on its own (module ids, leading sizes, float64, minibatch sizes) but not
+    against earlier ones; a batch of another shape then compiles anew.
 
     Raises:
       TypeError, ValueError, KeyError: on an invalid configuration, naming what
@@ -87,77 +83,90 @@ class Learner:
       >>> def loss(params, batch, ctx):
       ...     error = ctx.apply(params, batch["x"])[:, 0] - batch["y"]
       ...     return (error ** 2).mean(), {}
-      >>> learner = jl.Learner({"policy": jl.ModuleSpec(nn.Dense(1), loss, optax.sgd(0.1))},
-      ...                      minibatch_size=32, num_epochs=2)
       >>> batch = {"x": np.ones((64, 3), np.float32), "y": np.zeros(64, np.float32)}
-      >>> state = learner.init(jax.random.key(0), batch)
+      >>> learner = jl.Learner({"policy": jl.ModuleSpec(nn.Dense(1), loss, optax.sgd(0.1))},
+      ...                      minibatch_size=32, num_epochs=2, sample_batch=batch)
+      >>> state = learner.init(jax.random.key(0))
       >>> state, metrics = learner.update(state, batch)
       >>> int(state.grad_steps)
       4
     """
 
+    __slots__ = ("_config", "_jitted", "_layout", "_placement", "_specs", "_trained", "_update_fn")
+
     def __init__(
         self,
         modules: Mapping[str, ModuleSpec],
         *,
-        minibatch_size: int | None = None,
-        num_epochs: int = 1,
-        shuffle: bool = True,
-        modules_to_train: ModulesToTrain = None,
-        skip_nonfinite: bool = False,
-        jit: bool = True,
-        loss: JointLossFn | None = None,
-        additional_updates: Sequence[LearnerUpdateFn] = (),
-        donate_state: bool = False,
+        config: LearnerConfig | None = None,
+        sample_batch: Batch | None = None,
         batch_layout: Mapping[str, Layout] | None = None,
-        recipe: Mapping[str, Any] | None = None,
+        devices: DevicesLike = None,
+        mesh: Mesh | None = None,
+        placement: Placement | None = None,
+        **options: Any,
     ) -> None:
-        self._specs = _check_specs(modules, loss)
-        _check_positive_int("minibatch_size", minibatch_size, allow_none=True)
-        _check_positive_int("num_epochs", num_epochs)
-        for name, flag in (
-            ("shuffle", shuffle),
-            ("skip_nonfinite", skip_nonfinite),
-            ("jit", jit),
-            ("donate_state", donate_state),
-        ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"Learner {name} must be a bool; got {flag!r}.")
-        if loss is not None and not callable(loss):
-            raise TypeError(f"Learner loss must be callable or None; got {loss!r}.")
-        for update in additional_updates:
-            if not callable(update):
-                raise TypeError(f"Learner additional_updates must be callables; got {update!r}.")
-        self._options: dict[str, Any] = dict(
-            minibatch_size=minibatch_size,
-            num_epochs=num_epochs,
-            shuffle=shuffle,
-            modules_to_train=modules_to_train,
-            skip_nonfinite=skip_nonfinite,
-            jit=jit,
-            loss=loss,
-            additional_updates=tuple(additional_updates),
-            donate_state=donate_state,
-            recipe=None if recipe is None else dict(recipe),
+        unknown = sorted(set(options) - set(_CONFIG_FIELDS))
+        if unknown:
+            raise TypeError(
+                f"Learner got unknown option(s) {unknown}; valid: {[*_CONFIG_FIELDS]} (or "
+                "config=, sample_batch=, batch_layout=, devices=, mesh=, placement=)."
+            )
+        if config is not None and options:
+            raise TypeError("Pass config=LearnerConfig(...) or its fields as keywords, not both.")
+        if config is not None and not isinstance(config, LearnerConfig):
+            raise TypeError(f"config must be a jl.LearnerConfig; got {type(config).__name__}.")
+        config = config if config is not None else LearnerConfig(**options)
+        if placement is None:
+            placement = Placement.of(devices, mesh)
+        elif devices is not None or mesh is not None:
+            raise TypeError("Pass placement= or devices=/mesh=, not both.")
+        specs = check_specs(modules, config.loss)
+        if sample_batch is not None and batch_layout is not None:
+            raise TypeError("Pass sample_batch= or batch_layout=, not both.")
+        if sample_batch is not None:
+            sample = normalize_batch(sample_batch, tuple(specs))
+            _check_layout_ids(sample, tuple(specs), "sample_batch")
+            batch_layout = {m: layout_of(m, sample[m]) for m in specs}
+        if batch_layout is not None:
+            batch_layout = {m: batch_layout[m] for m in batch_layout}
+            _check_layout_ids(batch_layout, tuple(specs), "batch_layout")
+        set_ = object.__setattr__
+        set_(self, "_specs", specs)
+        set_(self, "_config", config)
+        set_(self, "_layout", batch_layout)
+        set_(self, "_placement", placement)
+        set_(self, "_trained", config.trained(tuple(specs)))
+        update_fn = make_update(
+            specs,
+            config,
+            self._trained,
+            constrain_minibatch=None if placement.mesh is None else placement.constrain_minibatch,
         )
-        self._trained = _resolve_modules_to_train(modules_to_train, tuple(self._specs))
-        self._layout = None if batch_layout is None else dict(batch_layout)
-        if self._layout is not None:
-            _check_layout_ids(self._layout, tuple(self._specs))
-        self._config = UpdateConfig(
-            minibatch_size=minibatch_size,
-            num_epochs=num_epochs,
-            shuffle=shuffle,
-            modules_to_train=self._trained,
-            skip_nonfinite=skip_nonfinite,
+        set_(self, "_update_fn", update_fn)
+        set_(self, "_jitted", placement.jit(update_fn, config.donate_state))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(
+            f"A jl.Learner is frozen; use learner.replace({name.lstrip('_')}=...) for a new one."
         )
-        self._update_fn = self.build_update()
-        self._jitted = jax.jit(self._update_fn, donate_argnums=(0,) if donate_state else ())
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Learner):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in ("config", *_VALUE_FIELDS))
+
+    def __hash__(self) -> int:
+        return hash((self.module_ids, self._config, self._placement))
 
     @property
     def specs(self) -> dict[str, ModuleSpec]:
         """Module id -> spec (a copy)."""
         return dict(self._specs)
+
+    modules = specs
 
     @property
     def module_ids(self) -> tuple[str, ...]:
@@ -170,109 +179,137 @@ class Learner:
         return self._trained
 
     @property
-    def config(self) -> UpdateConfig:
+    def config(self) -> LearnerConfig:
         """The static update configuration."""
         return self._config
 
     @property
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments this learner was built with (for :meth:`replace`)."""
-        return dict(self._options)
-
-    @property
     def recipe(self) -> dict[str, Any] | None:
         """The JSON description a registered builder rebuilds this learner from, if any."""
-        recipe = self._options["recipe"]
+        recipe = self._config.recipe
         return None if recipe is None else dict(recipe)
 
     @property
     def batch_layout(self) -> dict[str, Layout] | None:
-        """Each module's batch layout (trailing shapes and dtypes), once known."""
+        """Each module's batch layout (trailing shapes and dtypes), if known."""
         return None if self._layout is None else dict(self._layout)
+
+    @property
+    def placement(self) -> Placement:
+        """Where the state and batches live (the default device, or a mesh)."""
+        return self._placement
 
     @property
     def update_fn(self) -> UpdateFn:
         """The pure, un-jitted ``update(state, batch, env_steps) -> (state, metrics)``.
 
         ``batch`` must be ``{module_id: batch}`` and ``env_steps``
-        ``{module_id: int32 scalar}``; no validation happens. For composing
-        into larger compiled programs (``jax.vmap`` over seeds, a rollout and
-        update in one ``jit``).
+        ``{module_id: int32 scalar}``; no validation happens. On a mesh, each
+        epoch's minibatches are constrained to split over the ``"data"`` axis.
+        For composing into larger compiled programs (``jax.vmap`` over seeds,
+        a replay sample and an update, a rollout and update in one ``jit``).
         """
         return self._update_fn
 
-    def build_update(self, constrain_minibatch: Callable[[Batch], Batch] | None = None) -> UpdateFn:
-        """A fresh pure update function for this learner's modules and options.
+    def on(self, devices: DevicesLike = None, *, mesh: Mesh | None = None) -> Learner:
+        """The same learner placed elsewhere (compiles once for the new placement).
+
+        Example:
+          >>> learner = learner.on("all")        # data-parallel over every device
+          ... # doctest: +SKIP
+          >>> state = learner.init(jax.random.key(0))  # replicated    # doctest: +SKIP
+        """
+        return self.replace(placement=Placement.of(devices, mesh))
+
+    def replace(self, **changes: Any) -> Learner:
+        """A new learner with some fields changed (recompiles once).
 
         Args:
-          constrain_minibatch: applied to each epoch's ``[steps, minibatch,
-            ...]`` blocks inside the update, e.g. a sharding constraint (the
-            :class:`~jaxlearner.LearnerGroup` splits minibatches over devices
-            this way).
+          **changes: ``modules``, ``batch_layout``, ``placement``, ``config`` or
+            any field of :class:`~jaxlearner.LearnerConfig`.
 
-        Returns:
-          ``update(state, batch, env_steps) -> (state, metrics)``, un-jitted,
-          as :attr:`update_fn`.
+        Example:
+          >>> frozen = learner.replace(modules_to_train={"main"})  # doctest: +SKIP
         """
-        return make_update(
-            self._specs,
-            self._config,
-            joint_loss=self._options["loss"],
-            learner_updates=self._options["additional_updates"],
-            constrain_minibatch=constrain_minibatch,
+        unknown = sorted(set(changes) - {*_CONFIG_FIELDS, *_VALUE_FIELDS, "config"})
+        if unknown:
+            raise TypeError(
+                f"Learner.replace got unknown option(s) {unknown}; valid: "
+                f"{[*_VALUE_FIELDS, 'config', *_CONFIG_FIELDS]}."
+            )
+        config = changes.pop("config", self._config)
+        config_changes = {k: changes.pop(k) for k in _CONFIG_FIELDS if k in changes}
+        if config_changes:
+            config = dataclasses.replace(config, **config_changes)
+        modules = changes.get("modules", self._specs)
+        layout = changes.get("batch_layout", self._layout)
+        if layout is not None and "batch_layout" not in changes:
+            layout = {m: v for m, v in layout.items() if m in modules}
+        return Learner(
+            modules,
+            config=config,
+            batch_layout=layout,
+            placement=changes.get("placement", self._placement),
         )
 
     def init(self, key: jax.Array, sample_batch: Batch | None = None) -> LearnerState:
-        """Initialises every module and records each module's batch layout.
+        """Initialises every module; the learner itself is left as it was.
 
         Args:
           key: a PRNG key (``jax.random.key(seed)``).
           sample_batch: a batch for every module (``{module_id: batch}``, or a
-            plain batch for a single-module learner) with the shapes and
-            dtypes later batches will have, leading axis ``[B, ...]``. May be
-            left out when the learner knows its layout (built-in algorithms
-            pass it): a one-row batch of zeros is used.
+            plain batch for a single-module learner), leading axis ``[B, ...]``,
+            used to find the models' example inputs. May be left out when the
+            learner knows its layout (a one-row batch of zeros is used); when
+            it knows one, the sample must match it.
 
         Returns:
-          The initial :class:`~jaxlearner.LearnerState`.
+          The initial :class:`~jaxlearner.LearnerState`, placed as the learner
+          is (replicated over its mesh, if it has one).
 
         Raises:
           KeyError: when a module has no sample batch.
           ValueError: when a model's example input cannot be found (see
-            ``ModuleSpec.init_input``).
+            ``ModuleSpec.init_input``), or the sample differs from the layout.
 
         Example:
-          >>> state = learner.init(jax.random.key(0), sample_batch)  # doctest: +SKIP
+          >>> state = learner.init(jax.random.key(0))  # doctest: +SKIP
         """
-        key = _typed_key(key)
+        key = typed_key(key)
         if sample_batch is None:
             if self._layout is None:
                 raise ValueError(
-                    "init needs a sample batch: this learner does not know its batch layout."
+                    "init needs a sample batch: this learner does not know its batch layout "
+                    "(build it with jl.Learner(..., sample_batch=batch) to give it one)."
                 )
-            sample_batch = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
-        batch = normalize_batch(sample_batch, self.module_ids)
+            batch = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
+        else:
+            batch = normalize_batch(sample_batch, self.module_ids)
         missing = [m for m in self._specs if m not in batch]
         if missing:
             raise ReadableKeyError(
                 f"init needs a sample batch for every module; missing {missing} (modules: "
                 f"{list(self._specs)})."
             )
-        layout = {m: batch_layout(m, batch[m]) for m in self._specs}
+        for m in self._specs:
+            if self._layout is None:
+                layout_of(m, batch[m])
+            else:
+                validate_batch(m, batch[m], self._layout[m])
         init_key, state_key = jax.random.split(key)
-        inputs = find_init_inputs(self._specs, batch, init_key, self._options["loss"])
+        inputs = find_init_inputs(self._specs, batch, init_key, self._config.loss)
         modules = {
             m: init_module_state(m, spec, module_key(init_key, m), inputs[m])
             for m, spec in self._specs.items()
         }
-        self._layout = layout
-        return LearnerState(
+        state = LearnerState(
             modules=modules,
             key=state_key,
             updates=zero_counter(),
             grad_steps=zero_counter(),
             skipped_steps=zero_counter(),
         )
+        return self._placement.put(state)
 
     def update(
         self,
@@ -288,13 +325,14 @@ class Learner:
         Returns without waiting for the device; metrics stay device arrays.
 
         Args:
-          state: the current state.
+          state: the current state (placed as the learner is: see :meth:`init`).
           batch: ``{module_id: batch}`` (a subset of the modules), or a plain
-            batch for a single-module learner. Checked against the layout
-            recorded at ``init``.
+            batch for a single-module learner. On a mesh with several
+            processes, each passes its own slice (the same number of rows on
+            every process); the global batch is the slices in process order.
           env_steps: env steps this batch accounts for (for ``env_steps``
             schedules and counters): one int for every module or one per
-            module. Default: each module's batch size.
+            module. Default: each module's global batch size.
 
         Returns:
           ``(new_state, metrics)``; metrics are ``{module_id: {...},
@@ -303,7 +341,9 @@ class Learner:
         Raises:
           KeyError: unknown module id or batch key.
           ValueError: wrong trailing shape, too few rows for a minibatch, a
-            batch with no module to train, or a state from another learner.
+            batch with no module to train, a state from another learner, or a
+            batch or minibatch that does not split over the mesh's devices
+            (the message lists sizes that would).
           TypeError: wrong dtype or float64 data in 32-bit mode.
 
         Example:
@@ -311,57 +351,45 @@ class Learner:
           >>> float(metrics["policy"]["total_loss"])                  # doctest: +SKIP
         """
         batch, env_steps_by_module = self.validate(state, batch, env_steps)
-        if self._options["jit"]:
+        batch = self._placement.global_batch(batch)
+        if self._config.jit:
             return self._jitted(state, batch, env_steps_by_module)
         with jax.disable_jit():
             return self._update_fn(state, batch, env_steps_by_module)
 
     def validate(
-        self,
-        state: Any,
-        batch: Batch,
-        env_steps: int | Mapping[str, int] | None = None,
-        *,
-        batch_size_multiple: int = 1,
+        self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None = None
     ) -> tuple[dict[str, Batch], dict[str, np.ndarray]]:
         """Checks a state and batch in Python, before anything is traced.
 
-        Args:
-          state: a state of this learner's modules.
-          batch: a batch as :meth:`update` takes it.
-          env_steps: as :meth:`update` takes it.
-          batch_size_multiple: the factor by which the sizes seen here are
-            multiplied to give the global batch (the number of processes, when
-            each passes its own slice).
-
         Returns:
           ``(batch, env_steps)`` as the pure update function takes them:
-          ``{module_id: batch}`` and ``{module_id: int32}``.
+          ``{module_id: batch}`` (this process's slices) and ``{module_id: int32}``.
 
         Raises:
           KeyError, ValueError, TypeError: see :meth:`update`.
         """
-        if self._layout is None:
-            raise ValueError(
-                "This learner has no batch layout yet: call learner.init(key, sample_batch) "
-                "first, or build it with batch_layout=... (restoring a checkpoint does this)."
-            )
         self.check_state(state)
         batch = normalize_batch(batch, self.module_ids)
-        sizes = {
-            m: validate_batch(m, batch[m], self._layout[m]) * batch_size_multiple for m in batch
-        }
+        processes = 1 if self._placement.mesh is None else jax.process_count()
+        sizes = {}
+        for m, module_batch in batch.items():
+            if self._layout is None:
+                layout_of(m, module_batch)
+                sizes[m] = batch_size(m, module_batch) * processes
+            else:
+                sizes[m] = validate_batch(m, module_batch, self._layout[m]) * processes
         if not any(m in self._trained for m in batch):
             raise ValueError(
                 f"None of the batch's modules {sorted(batch)} is trained; modules_to_train is "
                 f"{sorted(self._trained)}."
             )
-        involved = (
-            batch if self._options["loss"] is not None else [m for m in batch if m in self._trained]
-        )
-        for m in involved:
+        joint = self._config.loss is not None
+        for m in batch if joint else [m for m in batch if m in self._trained]:
             minibatch_plan(sizes[m], self._config.minibatch_size, m)
-        return batch, _env_steps(env_steps, sizes)
+        for m, size in sizes.items():
+            self._placement.check_split(m, size, self._config.minibatch_size)
+        return batch, env_steps_by_module(env_steps, sizes)
 
     def check_state(self, state: Any) -> None:
         """Raises a clear error when ``state`` does not belong to this learner's modules."""
@@ -375,24 +403,6 @@ class Learner:
                 f"{sorted(self._specs)}; after add_module/remove_module use the learner and "
                 "state they return together."
             )
-
-    def replace(self, **changes: Any) -> Learner:
-        """A new learner with some constructor options changed (recompiles once).
-
-        Example:
-          >>> frozen = learner.replace(modules_to_train={"main"})  # doctest: +SKIP
-        """
-        unknown = sorted(set(changes) - set(self._options) - {"modules"})
-        if unknown:
-            raise TypeError(
-                f"Learner.replace got unknown option(s) {unknown}; valid: "
-                f"{sorted([*self._options, 'modules'])}."
-            )
-        modules = changes.pop("modules", self._specs)
-        layout = self._layout
-        if layout is not None:
-            layout = {m: v for m, v in layout.items() if m in modules}
-        return Learner(modules, batch_layout=layout, **{**self._options, **changes})
 
     def add_module(
         self,
@@ -437,38 +447,29 @@ class Learner:
             raise ValueError(f"Module ids must be non-empty strings; got {module_id!r}.")
         if module_id in self._specs:
             raise ValueError(f"Module {module_id!r} exists already; modules: {list(self._specs)}.")
-        if self._layout is None:
-            raise ValueError("add_module needs an initialised learner: call init first.")
         if not isinstance(spec, ModuleSpec):
             raise TypeError(f"add_module needs a jl.ModuleSpec; got {type(spec).__name__}.")
         new_key = state.key
         if key is None:
             new_key, key = jax.random.split(state.key)
-        key = _typed_key(key)
-        layout = batch_layout(module_id, sample_batch)
-        specs = {**self._specs, module_id: spec}
-        joint = self._options["loss"]
-        if params is None and spec.init_input is None and joint is not None:
-            sample = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
-            sample[module_id] = sample_batch
-            inputs = find_init_inputs(specs, sample, key, joint)
-        else:
-            inputs = find_init_inputs({module_id: spec}, {module_id: sample_batch}, key, None)
-        module = init_module_state(
-            module_id, spec, module_key(key, module_id), inputs[module_id], params=params
+        layout = layout_of(module_id, sample_batch)
+        module = init_added_module(
+            self._specs,
+            self._layout,
+            self._config.loss,
+            module_id,
+            spec,
+            sample_batch,
+            typed_key(key),
+            params,
         )
-        options = {**self._options, "modules_to_train": self._with_training(module_id, train)}
-        learner = Learner(specs, batch_layout={**self._layout, module_id: layout}, **options)
-        return learner, state.replace(modules={**state.modules, module_id: module}, key=new_key)
-
-    def _with_training(self, module_id: str, train: bool | None) -> ModulesToTrain:
-        rule = self._options["modules_to_train"]
-        if train is None:
-            return rule
-        if callable(rule) and not isinstance(rule, Collection):
-            return lambda m: train if m == module_id else rule(m)
-        current = set(self._specs) if rule is None else set(rule)
-        return current | {module_id} if train else current - {module_id}
+        learner = self.replace(
+            modules={**self._specs, module_id: spec},
+            batch_layout=None if self._layout is None else {**self._layout, module_id: layout},
+            config=self._config.adding(module_id, train, self.module_ids),
+        )
+        new_state = state.replace(modules={**state.modules, module_id: module}, key=new_key)
+        return learner, self._placement.put(new_state)
 
     def remove_module(self, state: LearnerState, module_id: str) -> tuple[Learner, LearnerState]:
         """Removes a module; returns the new learner and state.
@@ -485,115 +486,20 @@ class Learner:
         if len(self._specs) == 1:
             raise ValueError(f"Cannot remove {module_id!r}: it is the learner's only module.")
         specs = {m: s for m, s in self._specs.items() if m != module_id}
-        rule = self._options["modules_to_train"]
-        if rule is not None and not callable(rule):
-            rule = set(rule) - {module_id}
-        learner = self.replace(modules=specs, modules_to_train=rule)
+        learner = self.replace(modules=specs, config=self._config.removing(module_id))
         modules = {m: s for m, s in state.modules.items() if m != module_id}
         return learner, state.replace(modules=modules)
 
     def __repr__(self) -> str:
         return (
             f"Learner(modules={list(self._specs)}, minibatch_size="
-            f"{self._options['minibatch_size']}, num_epochs={self._options['num_epochs']}, "
-            f"modules_to_train={sorted(self._trained)})"
+            f"{self._config.minibatch_size}, num_epochs={self._config.num_epochs}, "
+            f"modules_to_train={sorted(self._trained)}, {self._placement!r})"
         )
 
 
-def _check_specs(modules: object, loss: object) -> dict[str, ModuleSpec]:
-    if not isinstance(modules, Mapping) or not modules:
-        raise TypeError(
-            "Learner needs a non-empty mapping {module_id: jl.ModuleSpec}; got "
-            f"{type(modules).__name__} {modules!r}."
-        )
-    specs = {}
-    for module_id, spec in modules.items():
-        if not isinstance(module_id, str) or not module_id:
-            raise ValueError(f"Module ids must be non-empty strings; got {module_id!r}.")
-        if not isinstance(spec, ModuleSpec):
-            raise TypeError(
-                f"Module {module_id!r}: expected a jl.ModuleSpec; got {type(spec).__name__}."
-            )
-        if spec.loss is None and loss is None:
-            raise ValueError(
-                f"Module {module_id!r} has no loss, and the learner has no joint loss; give "
-                "ModuleSpec(loss=...) or Learner(loss=...)."
-            )
-        specs[module_id] = spec
-    return specs
-
-
-def _check_positive_int(name: str, value: object, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
-        raise ValueError(
-            f"Learner {name} must be a positive int{' or None' if allow_none else ''}; "
-            f"got {value!r}."
-        )
-
-
-def _resolve_modules_to_train(rule: ModulesToTrain, module_ids: tuple[str, ...]) -> frozenset[str]:
-    if rule is None:
-        return frozenset(module_ids)
-    if isinstance(rule, str):
-        raise TypeError(
-            f"modules_to_train must be None, a collection of ids or a predicate; got the string "
-            f"{rule!r} (did you mean {{{rule!r}}}?)."
-        )
-    if isinstance(rule, Collection):
-        unknown = sorted(set(rule) - set(module_ids))
-        if unknown:
-            raise ValueError(
-                f"modules_to_train names unknown module(s) {unknown}; modules: {list(module_ids)}."
-            )
-        return frozenset(rule)
-    if callable(rule):
-        return frozenset(m for m in module_ids if rule(m))
-    raise TypeError(
-        "modules_to_train must be None, a collection of module ids or a predicate "
-        f"module_id -> bool; got {type(rule).__name__} {rule!r}."
-    )
-
-
-def _check_layout_ids(layout: Mapping[str, Layout], module_ids: tuple[str, ...]) -> None:
+def _check_layout_ids(layout: Mapping[str, Any], module_ids: tuple[str, ...], name: str) -> None:
     if set(layout) != set(module_ids):
         raise ValueError(
-            f"batch_layout covers modules {sorted(layout)} but the learner has "
-            f"{sorted(module_ids)}."
+            f"{name} covers modules {sorted(layout)} but the learner has {sorted(module_ids)}."
         )
-
-
-def _typed_key(key: Any) -> jax.Array:
-    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32 and key.shape == (2,):
-        return jax.random.wrap_key_data(key)
-    raise TypeError(
-        f"Expected a PRNG key such as jax.random.key(0); got {type(key).__name__} {key!r}."
-    )
-
-
-def _env_steps(
-    env_steps: int | Mapping[str, int] | None, sizes: Mapping[str, int]
-) -> dict[str, np.ndarray]:
-    if env_steps is None:
-        return {m: np.int32(n) for m, n in sizes.items()}
-    if isinstance(env_steps, Mapping):
-        missing = sorted(set(sizes) - set(env_steps))
-        if missing:
-            raise ReadableKeyError(f"env_steps has no entry for module(s) {missing}.")
-        values = {m: env_steps[m] for m in sizes}
-    else:
-        values = dict.fromkeys(sizes, env_steps)
-    for m, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-            raise ValueError(f"env_steps for {m!r} must be a non-negative int; got {value!r}.")
-        if value > np.iinfo(np.int32).max:
-            raise ValueError(f"env_steps for {m!r} is {value}, above the int32 counter's range.")
-    return {m: np.int32(v) for m, v in values.items()}
-
-
-def zeros_like_layout(layout: Layout, rows: int = 1) -> Batch:
-    """A batch of zeros with ``layout``'s structure, trailing shapes and dtypes."""
-    return jax.tree.map(lambda s: np.zeros((rows, *s.shape), s.dtype), layout)

@@ -133,3 +133,31 @@ class ModuleSpec:
     def updates_after(self, when: str) -> tuple[AdditionalUpdate, ...]:
         """The additional updates that run after each ``"grad_step"`` or ``"update"``."""
         return tuple(u for u in self.additional_updates if u.after == when)
+
+
+def check_specs(modules: object, loss: object) -> dict[str, ModuleSpec]:
+    """A learner's ``{module_id: ModuleSpec}``, checked; ``loss`` is its joint loss, if any.
+
+    Raises:
+      TypeError, ValueError: naming the module and what is wrong.
+    """
+    if not isinstance(modules, Mapping) or not modules:
+        raise TypeError(
+            "Learner needs a non-empty mapping {module_id: jl.ModuleSpec}; got "
+            f"{type(modules).__name__} {modules!r}."
+        )
+    specs = {}
+    for module_id, spec in modules.items():
+        if not isinstance(module_id, str) or not module_id:
+            raise ValueError(f"Module ids must be non-empty strings; got {module_id!r}.")
+        if not isinstance(spec, ModuleSpec):
+            raise TypeError(
+                f"Module {module_id!r}: expected a jl.ModuleSpec; got {type(spec).__name__}."
+            )
+        if spec.loss is None and loss is None:
+            raise ValueError(
+                f"Module {module_id!r} has no loss, and the learner has no joint loss; give "
+                "ModuleSpec(loss=...) or Learner(loss=...)."
+            )
+        specs[module_id] = spec
+    return specs

@@ -14,6 +14,7 @@ of the optimizer state: readable there, checkpointed, and sweepable.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -139,7 +140,7 @@ class Optimizer:
         return {"learning_rate": self.learning_rate, **self.hyperparams}
 
     def build(self) -> optax.GradientTransformation:
-        """The optax transformation, without clipping (clipping is applied by the learner)."""
+        """The optax transformation, without clipping (:func:`transformation` adds it)."""
         if not self.is_factory:
             return self.transform
         initial = {key: float(initial_value(value, key)) for key, value in self.scheduled.items()}
@@ -161,16 +162,39 @@ def as_optimizer(value: object, name: str) -> Optimizer:
     )
 
 
-def clip_gradients(grads: PyTree, optimizer: Optimizer) -> PyTree:
-    """Clips ``grads`` as ``optimizer.grad_clip_by`` says (a no-op without ``grad_clip``)."""
+def clipping(optimizer: Optimizer) -> optax.GradientTransformation | None:
+    """The optax clipping ``optimizer.grad_clip_by`` names, or ``None`` without ``grad_clip``."""
     if optimizer.grad_clip is None:
-        return grads
-    transform = {
+        return None
+    return {
         "value": optax.clip,
         "norm": _clip_by_leaf_norm,
         "global_norm": optax.clip_by_global_norm,
     }[optimizer.grad_clip_by](optimizer.grad_clip)
-    clipped, _ = transform.update(grads, optax.EmptyState())
+
+
+def transformation(optimizer: Optimizer) -> optax.GradientTransformation:
+    """One named optimizer as one optax value: ``chain(clip, inject_hyperparams(factory))``.
+
+    Without ``grad_clip`` it is the (injected) transformation alone, so its
+    state is the optax state users know (``opt_state.hyperparams``).
+
+    Example:
+      >>> import optax, jaxlearner as jl
+      >>> tx = transformation(jl.Optimizer(optax.sgd, learning_rate=0.1, grad_clip=1.0))
+      >>> state = tx.init({"w": jnp.zeros(2)})
+    """
+    clip = clipping(optimizer)
+    inner = optimizer.build()
+    return inner if clip is None else optax.chain(clip, inner)
+
+
+def clip_gradients(grads: PyTree, optimizer: Optimizer) -> PyTree:
+    """Clips ``grads`` as ``optimizer.grad_clip_by`` says (a no-op without ``grad_clip``)."""
+    clip = clipping(optimizer)
+    if clip is None:
+        return grads
+    clipped, _ = clip.update(grads, clip.init(grads))
     return clipped
 
 
@@ -265,68 +289,112 @@ def label_params(
     return labels
 
 
-def init_optimizer(
-    optimizer: Optimizer, name: str, params: Params, labels: PyTree, single: bool
-) -> optax.OptState:
-    """The initial state of one named optimizer over its share of ``params``."""
-    return _masked(optimizer.build(), name, labels, single).init(params)
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModuleOptimizer:
+    """A module's named optimizers composed into one optax transformation.
 
+    One optimizer is its :func:`transformation` as is. Several are
+    ``optax.partition`` over the param labels (:func:`label_params`): each
+    named transformation sees and updates only its own params. Built once
+    per learner; the state of each name is kept apart (``opt_states[name]``)
+    so it can be read, swept and checkpointed by name.
 
-def _masked(
-    transform: optax.GradientTransformation, name: str, labels: PyTree, single: bool
-) -> optax.GradientTransformation:
-    if single:
-        return transform
-    return optax.masked(transform, jax.tree.map(lambda label: label == name, labels))
-
-
-def apply_optimizer(
-    optimizer: Optimizer,
-    name: str,
-    grads: PyTree,
-    opt_state: optax.OptState,
-    params: Params,
-    labels: PyTree,
-    single: bool,
-    counters: dict[str, jax.Array],
-) -> tuple[PyTree, optax.OptState, dict[str, jax.Array]]:
-    """One step of one named optimizer.
-
-    Args:
-      optimizer: the optimizer's config.
-      name: its name within the module.
-      grads: gradients for the module's params (only the leaves labelled
-        ``name`` are used).
-      opt_state: its current state.
-      params: the module's current params.
-      labels: optimizer name of each param leaf.
-      single: whether this is the module's only optimizer.
-      counters: the module's counters, for schedules.
-
-    Returns:
-      ``(updates, new_opt_state, metrics)``; ``updates`` is meaningful on the
-      leaves labelled ``name``; metrics hold the pre-clip global gradient norm
-      and the learning rate, when known.
+    Attributes:
+      optimizers: the module's optimizers by name.
+      param_labels: the spec's ``params -> tree of names`` rule, or ``None``.
+      module_id: the module's id (for error messages).
     """
-    own = grads if single else _zero_others(grads, labels, name)
-    metrics = {f"grad_norm/{name}": optax.tree.norm(own)}
-    own = clip_gradients(own, optimizer)
-    opt_state = set_scheduled_hyperparams(opt_state, optimizer, counters)
-    updates, opt_state = _masked(optimizer.build(), name, labels, single).update(
-        own, opt_state, params
-    )
-    rate = learning_rate(opt_state)
-    if rate is not None:
-        metrics[f"learning_rate/{name}"] = jnp.asarray(rate, jnp.float32)
-    return updates, opt_state, metrics
+
+    optimizers: Mapping[str, Optimizer]
+    param_labels: Callable[[Params], PyTree] | None
+    module_id: str
+
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.optimizers)
+
+    @functools.cached_property
+    def transform(self) -> optax.GradientTransformation:
+        """The composed transformation, over all of the module's params."""
+        transforms = {name: transformation(opt) for name, opt in self.optimizers.items()}
+        if len(transforms) == 1:
+            return transforms[self.names[0]]
+        return optax.partition(transforms, self.labels)
+
+    def labels(self, params: Params) -> PyTree:
+        """The name of the optimizer that owns each param leaf."""
+        return label_params(params, self.names, self.param_labels, self.module_id)
+
+    def init(self, params: Params) -> dict[str, optax.OptState]:
+        """Each named optimizer's initial state, by name (checks the param labels)."""
+        self.labels(params)
+        return self._by_name(self.transform.init(params))
+
+    def update(
+        self,
+        grads_by_optimizer: Mapping[str, PyTree],
+        opt_states: Mapping[str, optax.OptState],
+        params: Params,
+        counters: Mapping[str, jax.Array],
+    ) -> tuple[PyTree, dict[str, optax.OptState], dict[str, jax.Array]]:
+        """One step of every named optimizer.
+
+        Args:
+          grads_by_optimizer: ``{name: grads over all params}``; each optimizer
+            uses its own leaves of its own entry (the same tree for all with a
+            shared loss, one per name with per-optimizer losses).
+          opt_states: each optimizer's state, by name.
+          params: the module's current params.
+          counters: the module's counters, for env-step and grad-step schedules.
+
+        Returns:
+          ``(updates, new_opt_states, metrics)``: updates for every param;
+          metrics hold each optimizer's pre-clip gradient norm
+          (``grad_norm/NAME``) and, when injected, its learning rate
+          (``learning_rate/NAME``).
+        """
+        if len(self.names) == 1:
+            grads = grads_by_optimizer[self.names[0]]
+            metrics = {f"grad_norm/{self.names[0]}": optax.tree.norm(grads)}
+        else:
+            labels = self.labels(params)
+            grads = select_by_label(labels, {n: grads_by_optimizer[n] for n in self.names})
+            metrics = {f"grad_norm/{n}": _label_norm(grads, labels, n) for n in self.names}
+        refreshed = {
+            n: set_scheduled_hyperparams(opt_states[n], self.optimizers[n], counters)
+            for n in self.names
+        }
+        updates, new_state = self.transform.update(grads, self._joined(refreshed), params)
+        opt_states = self._by_name(new_state)
+        for name, opt_state in opt_states.items():
+            rate = learning_rate(opt_state)
+            if rate is not None:
+                metrics[f"learning_rate/{name}"] = jnp.asarray(rate, jnp.float32)
+        return updates, opt_states, metrics
+
+    def _by_name(self, state: optax.OptState) -> dict[str, optax.OptState]:
+        if isinstance(state, optax.PartitionState):
+            return dict(state.inner_states)
+        return {self.names[0]: state}
+
+    def _joined(self, opt_states: Mapping[str, optax.OptState]) -> optax.OptState:
+        if len(self.names) == 1:
+            return opt_states[self.names[0]]
+        return optax.PartitionState(inner_states=dict(opt_states))
 
 
-def _zero_others(grads: PyTree, labels: PyTree, name: str) -> PyTree:
-    return jax.tree.map(lambda g, label: g if label == name else jnp.zeros_like(g), grads, labels)
+def _label_norm(grads: PyTree, labels: PyTree, name: str) -> jax.Array:
+    """The L2 norm of the gradient leaves labelled ``name``."""
+    squares = [
+        jnp.sum(jnp.square(g))
+        for g, label in zip(jax.tree.leaves(grads), jax.tree.leaves(labels), strict=True)
+        if label == name
+    ]
+    return jnp.sqrt(sum(squares, jnp.zeros((), jnp.float32)))
 
 
 def select_by_label(labels: PyTree, updates: Mapping[str, PyTree]) -> PyTree:
-    """Merges per-optimizer updates: each leaf from the optimizer that owns it."""
+    """Merges per-optimizer trees: each leaf from the optimizer that owns it."""
     names = list(updates)
     return jax.tree.map(
         lambda label, *leaves: leaves[names.index(label)],

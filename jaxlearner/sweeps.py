@@ -42,7 +42,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from jaxlearner.anakin import AnakinState, Metrics, TrainFn
-from jaxlearner.group import DATA_AXIS
+from jaxlearner.placement import DATA_AXIS
 
 Devices = str | int | Sequence[jax.Device] | None
 """``None`` (the default device), ``"all"``, a number of devices, or a device list."""

@@ -28,9 +28,9 @@ from jaxlearner import checkpoint_metadata, replay_buffer
 from jaxlearner.algorithms import Algorithm, algorithm_for
 from jaxlearner.checkpoint import CheckpointManager
 from jaxlearner.env_runner import EnvLike, EnvRunner, evaluate
-from jaxlearner.group import LearnerGroup
 from jaxlearner.learner import Learner
 from jaxlearner.loggers import ProgressBar, Writer, flatten_metrics
+from jaxlearner.placement import DevicesLike
 from jaxlearner.state import LearnerState
 from jaxlearner.stop_conditions import Any as AnyOf
 from jaxlearner.stop_conditions import StopCondition
@@ -73,9 +73,10 @@ class Trainer:
       env_config: keyword arguments for ``gymnasium.make`` or the factory.
       eval_episodes: episodes per :meth:`eval` (one per evaluation env).
       seed: seeds the learner's init, the environments and the trainer's key.
-      devices: ``None`` (the default device), ``"all"`` (every device, through a
-        :class:`~jaxlearner.LearnerGroup`), an int (the first n devices) or a
-        list of devices.
+      devices: ``None`` (where the learner is placed already: the default
+        device unless it was built with ``devices=``), ``"all"`` (every
+        device, data-parallel), an int (the first n devices) or a list of
+        devices; the learner is re-placed with ``learner.on(devices)``.
       writers: metric writers (console, JSON lines, TensorBoard, MLflow).
       progress: show a progress bar; ``None`` shows one on a terminal.
       state: a learner state to start from instead of ``learner.init``.
@@ -102,12 +103,15 @@ class Trainer:
         env_config: Mapping[str, Any] | None = None,
         eval_episodes: int = 10,
         seed: int = 0,
-        devices: str | int | Sequence[jax.Device] | None = None,
+        devices: DevicesLike = None,
         writers: Sequence[Writer] = (),
         progress: bool | None = None,
         state: LearnerState | None = None,
     ) -> None:
-        self._algorithm = learner if isinstance(learner, Algorithm) else algorithm_for(learner)
+        algorithm = learner if isinstance(learner, Algorithm) else algorithm_for(learner)
+        if devices is not None:
+            algorithm = dataclasses.replace(algorithm, learner=algorithm.learner.on(devices))
+        self._algorithm = algorithm
         if (
             isinstance(eval_episodes, bool)
             or not isinstance(eval_episodes, int)
@@ -122,14 +126,13 @@ class Trainer:
         self._check_spaces()
         self._eval_episodes = eval_episodes
         self._eval_runners: dict[str, EnvRunner] = {}
-        self._group = _make_group(self._algorithm.learner, devices)
         self._writers = tuple(writers)
         self._progress_enabled = progress
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
         if state is None:
             state = self.learner.init(init_key)
-        self._state = state if self._group is None else self._group.put(state)
+        self._state = self.learner.placement.put(state)
         self.counters = TrainerCounters()
         self.history: list[dict[str, float]] = []
         self._compile()
@@ -157,7 +160,7 @@ class Trainer:
             return
         self._transitions = jax.jit(algorithm.transitions)
         self._add = jax.jit(replay_buffer.add, donate_argnums=0)
-        update_fn = self.learner.update_fn if self._group is None else self._group.build_update()
+        update_fn = self.learner.update_fn
         module_id, batch_size = algorithm.module_id, algorithm.train_batch_size
 
         def replay_updates(state, buffer, keys, env_steps):
@@ -190,13 +193,8 @@ class Trainer:
         return self._algorithm.learner
 
     @property
-    def group(self) -> LearnerGroup | None:
-        """The learner group when training on several devices."""
-        return self._group
-
-    @property
     def state(self) -> LearnerState:
-        """The current learner state (replicated over the devices with a group)."""
+        """The current learner state (replicated over the learner's mesh, if it has one)."""
         return self._state
 
     @property
@@ -210,7 +208,7 @@ class Trainer:
         return self._runner
 
     def _module_state(self) -> Any:
-        state = self._state if self._group is None else self._group.get(self._state)
+        state = self.learner.placement.get(self._state)
         return state.modules[self._algorithm.module_id]
 
     def step(self) -> dict[str, float]:
@@ -265,8 +263,9 @@ class Trainer:
     def _train_on_policy(self, experience: dict[str, Any], env_steps: int) -> Any:
         module_id = self._algorithm.module_id
         batch = self._postprocess(self._module_state(), experience)
-        updater = self.learner if self._group is None else self._group
-        self._state, metrics = updater.update(self._state, {module_id: batch}, env_steps=env_steps)
+        self._state, metrics = self.learner.update(
+            self._state, {module_id: batch}, env_steps=env_steps
+        )
         return metrics
 
     def _train_off_policy(self, experience: dict[str, Any], env_steps: int, key: jax.Array) -> Any:
@@ -274,9 +273,9 @@ class Trainer:
         rows = self._transitions(experience)
         if self._buffer is None:
             example = jax.tree.map(lambda x: x[0], rows)
-            self._buffer = replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
-            if self._group is not None:
-                self._buffer = jax.device_put(self._buffer, self._group.state_sharding)
+            self._buffer = self.learner.placement.put(
+                replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
+            )
         self._buffer = self._add(self._buffer, rows)
         self._uncounted_env_steps += env_steps
         if self.counters.env_steps + env_steps < algorithm.learning_starts:
@@ -418,9 +417,8 @@ class Trainer:
             "updates_due": 0.0 if self._algorithm.on_policy else self._updates_due,
             "uncounted_env_steps": 0 if self._algorithm.on_policy else self._uncounted_env_steps,
         }
-        target = self.learner if self._group is None else self._group
         checkpoint.save(
-            step, self._state, target, metrics=dict(metrics), extra=extra, extra_arrays=arrays
+            step, self._state, self.learner, metrics=dict(metrics), extra=extra, extra_arrays=arrays
         )
         return step
 
@@ -436,8 +434,7 @@ class Trainer:
         Raises:
           ValueError: when the step was not saved by a trainer.
         """
-        target = self.learner if self._group is None else self._group
-        state = checkpoint.restore(target, step)
+        state = checkpoint.restore(self.learner, step)
         extra, arrays = checkpoint.restore_extra(step)
         if not isinstance(extra, dict) or "trainer" not in extra or arrays is None:
             raise ValueError(
@@ -454,9 +451,7 @@ class Trainer:
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
         if "buffer" in arrays:
             buffer = replay_buffer.ReplayBuffer(**arrays["buffer"])
-            if self._group is not None:
-                buffer = jax.device_put(buffer, self._group.state_sharding)
-            self._buffer = buffer
+            self._buffer = self.learner.placement.put(buffer)
         if not self._algorithm.on_policy:
             self._updates_due = float(extra.get("updates_due", 0.0))
             self._uncounted_env_steps = int(extra.get("uncounted_env_steps", 0))
@@ -473,23 +468,6 @@ class Trainer:
             runner.close()
         for writer in self._writers:
             writer.close()
-
-
-def _make_group(learner: Learner, devices: Any) -> LearnerGroup | None:
-    if devices is None:
-        return None
-    if devices == "all":
-        return LearnerGroup(learner)
-    if isinstance(devices, int) and not isinstance(devices, bool):
-        available = jax.devices()
-        if not 1 <= devices <= len(available):
-            raise ValueError(f"devices={devices}, but {len(available)} devices are available.")
-        return LearnerGroup(learner, devices=available[:devices])
-    if isinstance(devices, Sequence) and not isinstance(devices, str):
-        return LearnerGroup(learner, devices=list(devices))
-    raise ValueError(
-        f"devices must be None, 'all', a number of devices or a list of devices; got {devices!r}."
-    )
 
 
 def _episode_stats(counters: TrainerCounters) -> dict[str, float]:

@@ -1,9 +1,9 @@
 """The pure update: epochs x minibatches of gradient steps, then non-gradient updates.
 
 :func:`make_update` builds ``update(state, batch, env_steps) -> (state,
-metrics)`` from module specs and an :class:`UpdateConfig`. It is a pure
+metrics)`` from module specs and a :class:`~jaxlearner.LearnerConfig`. It is a pure
 function, meant to be wrapped in a single ``jax.jit`` at the outermost level
-(the :class:`~jaxlearner.Learner` does that); the loops inside are
+(the :class:`~jaxlearner.Learner` does that, with its placement's shardings); the loops inside are
 ``lax.scan``s, so one update is one compiled XLA program whatever the number of
 epochs and minibatches.
 
@@ -23,8 +23,7 @@ One update, for the modules present in the batch:
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import jax
@@ -34,14 +33,14 @@ import optax
 from jaxlearner.batch import epoch_blocks, minibatch_plan
 from jaxlearner.context import LossContext
 from jaxlearner.initialization import module_key
+from jaxlearner.learner_config import LearnerConfig
 from jaxlearner.metrics import ALL_MODULES, check_loss_metrics, flatten_steps, reduce_metrics
 from jaxlearner.module_spec import ModuleSpec
-from jaxlearner.optimizer import apply_optimizer, label_params, select_by_label
+from jaxlearner.optimizer import ModuleOptimizer
 from jaxlearner.schedules import current_value
 from jaxlearner.state import LearnerState, ModuleState, select_tree
 from jaxlearner.types import Batch, JointLossFn, Params, PyTree
 
-LearnerUpdateFn: TypeAlias = Callable[[LearnerState, Mapping[str, Any]], LearnerState]
 UpdateFn: TypeAlias = Callable[
     [LearnerState, Mapping[str, Batch], Mapping[str, jax.Array]],
     tuple[LearnerState, dict[str, dict[str, jax.Array]]],
@@ -50,42 +49,24 @@ UpdateFn: TypeAlias = Callable[
 _LAST_BY_DEFAULT = ("learning_rate/", "hyperparams/")
 
 
-@dataclasses.dataclass(frozen=True)
-class UpdateConfig:
-    """The static shape of an update: changing any field recompiles it.
-
-    Attributes:
-      minibatch_size: rows per minibatch step; ``None`` for the whole batch.
-      num_epochs: passes over the batch per update.
-      shuffle: permute the rows each epoch (else keep the batch order).
-      modules_to_train: ids of the modules that get gradient steps.
-      skip_nonfinite: leave the state unchanged on a step whose loss or
-        gradients are NaN/Inf, counting it in ``skipped_steps``.
-    """
-
-    minibatch_size: int | None
-    num_epochs: int
-    shuffle: bool
-    modules_to_train: frozenset[str]
-    skip_nonfinite: bool
-
-
 def make_update(
     specs: Mapping[str, ModuleSpec],
-    config: UpdateConfig,
-    joint_loss: JointLossFn | None = None,
-    learner_updates: Sequence[LearnerUpdateFn] = (),
+    config: LearnerConfig,
+    trained: Collection[str] | None = None,
     constrain_minibatch: Callable[[PyTree], PyTree] | None = None,
 ) -> UpdateFn:
     """Builds the pure update function.
 
+    Each module's named optimizers are composed into one optax
+    transformation here, once (:class:`~jaxlearner.optimizer.ModuleOptimizer`).
+
     Args:
       specs: module id -> :class:`~jaxlearner.ModuleSpec`.
-      config: the update's static configuration.
-      joint_loss: a learner-level loss over all modules in the batch, used
-        instead of the modules' own losses.
-      learner_updates: ``fn(state, metrics) -> state``, run after everything
-        else in each update.
+      config: the update's static configuration (its joint ``loss`` replaces
+        the modules' own losses; its ``additional_updates`` run after
+        everything else in each update).
+      trained: the ids of the modules to train; default
+        ``config.trained(specs)``.
       constrain_minibatch: applied to each epoch's ``[steps, minibatch, ...]``
         blocks, e.g. a sharding constraint that splits minibatches over devices.
 
@@ -96,12 +77,17 @@ def make_update(
       for. ``metrics`` is ``{module_id: {...}, "__all__": {...}}``.
     """
     specs = dict(specs)
+    to_train = config.trained(tuple(specs)) if trained is None else frozenset(trained)
+    joint_loss = config.loss
+    optimizers = {
+        m: ModuleOptimizer(spec.named_optimizers, spec.param_labels, m) for m, spec in specs.items()
+    }
 
     def update(
         state: LearnerState, batch: Mapping[str, Batch], env_steps: Mapping[str, jax.Array]
     ) -> tuple[LearnerState, dict[str, dict[str, jax.Array]]]:
         module_ids = tuple(sorted(batch))
-        trained = tuple(m for m in module_ids if m in config.modules_to_train)
+        trained = tuple(m for m in module_ids if m in to_train)
         involved = module_ids if joint_loss is not None else trained
         plans = {
             m: minibatch_plan(jax.tree.leaves(batch[m])[0].shape[0], config.minibatch_size, m)
@@ -109,7 +95,7 @@ def make_update(
         }
         num_steps = max(count for _, count in plans.values())
         key, update_key = jax.random.split(state.key)
-        step = _make_step(specs, config, joint_loss, trained, involved)
+        step = _make_step(specs, optimizers, config, trained, involved)
 
         def run_epoch(state: LearnerState, epoch_key: jax.Array) -> tuple[LearnerState, Any]:
             blocks_key, steps_key = jax.random.split(epoch_key)
@@ -130,7 +116,7 @@ def make_update(
         state, metrics = _finish_update(specs, state, stacked, trained, env_steps)
         state = state.replace(key=key, updates=state.updates + 1)
         metrics[ALL_MODULES]["num_updates"] = state.updates
-        for learner_update in learner_updates:
+        for learner_update in config.additional_updates:
             state = learner_update(state, metrics)
         return state, metrics
 
@@ -139,8 +125,8 @@ def make_update(
 
 def _make_step(
     specs: dict[str, ModuleSpec],
-    config: UpdateConfig,
-    joint_loss: JointLossFn | None,
+    optimizers: Mapping[str, ModuleOptimizer],
+    config: LearnerConfig,
     trained: tuple[str, ...],
     involved: tuple[str, ...],
 ) -> Callable[[LearnerState, tuple[Mapping[str, Batch], jax.Array]], tuple[LearnerState, Any]]:
@@ -150,6 +136,7 @@ def _make_step(
         state: LearnerState, inputs: tuple[Mapping[str, Batch], jax.Array]
     ) -> tuple[LearnerState, Any]:
         minibatch, key = inputs
+        joint_loss = config.loss
         modules = {m: _refresh_hyperparams(specs[m], state.modules[m]) for m in involved}
         contexts = {
             m: LossContext(
@@ -179,7 +166,7 @@ def _make_step(
         for m in trained:
             loss, grads_by_optimizer, loss_metrics = results[m]
             new_modules[m], optimizer_metrics = _apply_optimizers(
-                specs[m], m, modules[m], grads_by_optimizer
+                optimizers[m], modules[m], grads_by_optimizer
             )
             metrics[m] = {
                 **({} if loss is None else {"total_loss": loss}),
@@ -308,32 +295,17 @@ def _joint_gradients(
 
 
 def _apply_optimizers(
-    spec: ModuleSpec,
-    module_id: str,
+    optimizer: ModuleOptimizer,
     module: ModuleState,
     grads_by_optimizer: Mapping[str, PyTree],
 ) -> tuple[ModuleState, dict[str, jax.Array]]:
-    """Clips and applies each named optimizer; returns the stepped module state."""
-    names = list(spec.named_optimizers)
-    single = len(names) == 1
-    labels = label_params(module.params, names, spec.param_labels, module_id)
-    updates, opt_states, metrics = {}, {}, {}
-    for name, optimizer in spec.named_optimizers.items():
-        updates[name], opt_states[name], optimizer_metrics = apply_optimizer(
-            optimizer,
-            name,
-            grads_by_optimizer[name],
-            module.opt_states[name],
-            module.params,
-            labels,
-            single,
-            module.counters,
-        )
-        metrics.update(optimizer_metrics)
-    merged = updates[names[0]] if single else select_by_label(labels, updates)
+    """Steps the module's composed optimizer; returns the stepped module state."""
+    updates, opt_states, metrics = optimizer.update(
+        grads_by_optimizer, module.opt_states, module.params, module.counters
+    )
     return (
         module.replace(
-            params=optax.apply_updates(module.params, merged),
+            params=optax.apply_updates(module.params, updates),
             opt_states=opt_states,
             grad_steps=module.grad_steps + 1,
         ),

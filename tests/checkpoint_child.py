@@ -38,7 +38,7 @@ def make_learner() -> Learner:
         return {"ballast": np.random.default_rng(0).random(BALLAST, dtype=np.float32)}
 
     spec = ModuleSpec(nn.Dense(1), mse_loss, optax.adam(1e-2), init_extra=ballast)
-    return Learner({"policy": spec}, minibatch_size=16, num_epochs=2)
+    return Learner({"policy": spec}, minibatch_size=16, num_epochs=2, sample_batch=batch_for(0))
 
 
 def batch_for(step: int) -> dict[str, np.ndarray]:

@@ -36,7 +36,7 @@ def main() -> None:
     state = group.init(jax.random.key(0), local)
     for _ in range(UPDATES):
         state, metrics = group.update(state, local)
-    host = jax.device_get(group.get(state).modules)
+    host = jax.device_get(group.placement.get(state).modules)
     flat = {
         jax.tree_util.keystr(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(host)
     }

@@ -46,9 +46,11 @@ def test_minibatch_plan():
 @pytest.fixture(scope="module")
 def learner_and_state():
     learner = jl.Learner(
-        {"policy": jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))}, minibatch_size=16
+        {"policy": jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))},
+        minibatch_size=16,
+        sample_batch=regression_batch(),
     )
-    state = learner.init(jax.random.key(0), regression_batch())
+    state = learner.init(jax.random.key(0))
     return learner, state
 
 
@@ -128,19 +130,45 @@ def test_scalar_leaf(learner_and_state):
 
 
 def test_float64_sample_batch_at_init():
-    learner = jl.Learner({"policy": jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))})
+    spec = jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))
+    learner = jl.Learner({"policy": spec})
     batch = {**regression_batch(), "x": regression_batch()["x"].astype(np.float64)}
     with pytest.raises(TypeError, match="float64"):
         learner.init(jax.random.key(0), batch)
+    with pytest.raises(TypeError, match="float64"):
+        jl.Learner({"policy": spec}, sample_batch=batch)
+
+
+def test_a_sample_that_differs_from_the_layout_is_refused_at_init(learner_and_state):
+    learner, _ = learner_and_state
+    with pytest.raises(KeyError, match="Missing"):
+        learner.init(jax.random.key(0), {"x": regression_batch()["x"]})
+
+
+def test_a_learner_without_layout_checks_each_batch_on_its_own():
+    # No sample at construction: init takes one, and update checks what a batch alone
+    # shows (leading sizes, float64, minibatch size); a new shape compiles anew.
+    learner = jl.Learner(
+        {"policy": jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))}, minibatch_size=16
+    )
+    state = learner.init(jax.random.key(0), regression_batch())
+    assert learner.batch_layout is None
+    state, _ = learner.update(state, regression_batch())
+    with pytest.raises(ValueError, match="fewer than minibatch_size=16"):
+        learner.update(state, regression_batch(size=8))
+    with pytest.raises(ValueError, match="disagree on the leading batch size"):
+        learner.update(state, {**regression_batch(), "y": np.zeros(3, np.float32)})
 
 
 def test_int64_is_canonicalized_not_refused(learner_and_state):
     learner, state = learner_and_state
     # numpy's default int64 becomes JAX's int32 without surprise; the layout records int32.
-    learner2 = jl.Learner(
-        {"policy": jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))}, minibatch_size=16
-    )
     batch = {**regression_batch(), "i": np.arange(64)}
+    learner2 = jl.Learner(
+        {"policy": jl.ModuleSpec(_dense(), mse_loss, optax.sgd(0.1))},
+        minibatch_size=16,
+        sample_batch=batch,
+    )
     state2 = learner2.init(jax.random.key(0), batch)
     assert learner2.batch_layout["policy"]["i"].dtype == jnp.int32
     learner2.update(state2, {**regression_batch(), "i": np.arange(64, dtype=np.int32)})

@@ -30,7 +30,6 @@ from jaxlearner.checkpoint import (
     _resolve_directory,
     restore,
 )
-from jaxlearner.group import LearnerGroup
 from jaxlearner.registry import learner_from_recipe, register_recipe, registered_recipes
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
@@ -58,7 +57,7 @@ def make_learner(dense=None, dense_optimizer=None, **options):
         mse_loss,
         dense_optimizer or optax.adam(1e-2),
     )
-    options = {"minibatch_size": 16, "num_epochs": 2, **options}
+    options = {"minibatch_size": 16, "num_epochs": 2, "sample_batch": batches(0), **options}
     return jl.Learner({"ac": actor_critic, "dense": regression}, **options)
 
 
@@ -109,25 +108,34 @@ def saved(tmp_path_factory):
 def test_round_trip_is_bit_identical(saved):
     directory, state = saved
     learner = make_learner()
-    assert learner.batch_layout is None
     restored = CheckpointManager(directory).restore(learner)
     assert_identical(restored, state)
     # The parts that most often come back wrong, checked by name.
     ac = restored.modules["ac"]
     assert set(ac.opt_states) == {"actor", "critic"}
-    assert isinstance(ac.opt_states["actor"].inner_state, optax.InjectStatefulHyperparamsState)
+    # The actor is optax.chain(clip, inject_hyperparams(adam)), masked by the partition.
+    actor = ac.opt_states["actor"].inner_state
+    assert isinstance(actor[1], optax.InjectStatefulHyperparamsState)
     assert ac.extra["noise_scale"].dtype == jnp.float32 and ac.extra["visits"].dtype == jnp.int32
     assert restored.modules["dense"].params["params"]["kernel"].dtype == jnp.bfloat16
     assert int(restored.updates) == 3 and int(ac.grad_steps) == 3 * 2 * 4
-    # Restoring recorded the saved batch layout on the fresh learner, as init would.
-    reference = make_learner()
-    reference.init(jax.random.key(1), batches(0))
-    assert learner.batch_layout == reference.batch_layout
+    # Restoring leaves the learner (a frozen value) as it was.
+    assert learner == make_learner().replace(modules=learner.specs)
+
+
+def test_restore_leaves_a_learner_without_layout_as_it_was(saved):
+    directory, state = saved
+    learner = make_learner(sample_batch=None)
+    restored = CheckpointManager(directory).restore(learner)
+    assert learner.batch_layout is None
+    assert_identical(restored, state)
 
 
 def test_round_trip_keeps_the_key_implementation(tmp_path):
     learner = jl.Learner(
-        {"policy": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.adam(1e-2))}, minibatch_size=16
+        {"policy": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.adam(1e-2))},
+        minibatch_size=16,
+        sample_batch=regression_batch(),
     )
     state = learner.init(jax.random.key(7, impl="rbg"), regression_batch())
     state, _ = learner.update(state, regression_batch(seed=1))
@@ -164,7 +172,7 @@ def test_restored_state_reuses_the_compiled_update(tmp_path):
     spec = jl.ModuleSpec(
         nn.Dense(1), loss, optax.adam(1e-2), init_extra=lambda params: {"scale": 0.5}
     )
-    learner = jl.Learner({"policy": spec}, minibatch_size=16)
+    learner = jl.Learner({"policy": spec}, minibatch_size=16, sample_batch=regression_batch())
     state = learner.init(jax.random.key(0), regression_batch())
     state, _ = learner.update(state, regression_batch())
     ckpt = CheckpointManager(tmp_path, async_save=False)
@@ -233,9 +241,10 @@ def test_metadata_describes_the_step(saved):
 def test_structure_mismatch_names_the_first_differing_leaf(saved, change, message):
     directory, _ = saved
     learner = make_learner(**change)
+    before = learner.replace()
     with pytest.raises(ValueError, match=message):
         CheckpointManager(directory).restore(learner)
-    assert learner.batch_layout is None  # a failed restore leaves the learner as it was
+    assert learner == before  # a failed restore leaves the learner as it was
 
 
 def test_module_mismatch_names_the_modules(saved):
@@ -279,7 +288,7 @@ def table_learner():
     spec = jl.ModuleSpec(
         nn.Dense(1), mse_loss, optax.adam(1e-2), init_extra=lambda params: {"table": table}
     )
-    return jl.Learner({"policy": spec}, minibatch_size=16)
+    return jl.Learner({"policy": spec}, minibatch_size=16, sample_batch=regression_batch())
 
 
 def largest_file(directory):
@@ -354,7 +363,9 @@ def kept_by_rule(values, max_to_keep, keep_best, mode):
 @pytest.mark.parametrize("mode", ["max", "min"])
 def test_retention_keeps_the_latest_and_the_best(tmp_path, max_to_keep, keep_best, mode):
     learner = jl.Learner(
-        {"policy": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))}, minibatch_size=16
+        {"policy": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))},
+        minibatch_size=16,
+        sample_batch=regression_batch(),
     )
     state = learner.init(jax.random.key(0), regression_batch())
     sign = 1 if mode == "max" else -1
@@ -385,9 +396,8 @@ def test_retention_keeps_the_latest_and_the_best(tmp_path, max_to_keep, keep_bes
 
 
 def test_save_validation(tmp_path):
-    learner = jl.Learner(
-        {"policy": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))}, minibatch_size=16
-    )
+    spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))
+    learner = jl.Learner({"policy": spec}, minibatch_size=16, sample_batch=regression_batch())
     state = learner.init(jax.random.key(0), regression_batch())
     ckpt = CheckpointManager(tmp_path, best_metric="eval/return_mean", async_save=False)
     with pytest.raises(KeyError, match=r"best_metric='eval/return_mean'.*got metric keys \['x'\]"):
@@ -400,6 +410,9 @@ def test_save_validation(tmp_path):
     other = jl.Learner({"other": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))})
     with pytest.raises(ValueError, match="state holds modules"):
         ckpt.save(6, state, other)
+    without_layout = jl.Learner({"policy": spec}, minibatch_size=16)
+    with pytest.raises(ValueError, match=r"sample_batch=batch"):
+        ckpt.save(6, state, without_layout)
     with pytest.raises(ValueError, match="read-only"):
         CheckpointManager(tmp_path, read_only=True).save(6, state, learner)
     with pytest.raises(FileNotFoundError, match=r"No checkpoint step 4 .* steps: \[5\]"):
@@ -427,12 +440,17 @@ def test_option_validation(tmp_path, options, error, message):
 
 
 def place(learner, devices):
-    """The learner itself on one device, or a group over the first ``devices`` devices."""
-    return learner if devices == 1 else LearnerGroup(learner, devices=jax.devices()[:devices])
+    """The learner itself on one device, or placed on a mesh of the first ``devices`` devices."""
+    return learner if devices == 1 else learner.on(devices)
 
 
 def actor_critic_learner():
-    return jl.Learner({"ac": make_learner().specs["ac"]}, minibatch_size=16, num_epochs=2)
+    return jl.Learner(
+        {"ac": make_learner().specs["ac"]},
+        minibatch_size=16,
+        num_epochs=2,
+        sample_batch=batches(0)["ac"],
+    )
 
 
 @pytest.mark.parametrize(("saved_on", "restored_on"), [(8, 1), (8, 4), (1, 8)])
@@ -449,7 +467,7 @@ def test_restore_onto_another_device_count(tmp_path, saved_on, restored_on):
         if restored_on == 1:
             assert leaf.sharding.device_set == {jax.devices()[0]}
         else:
-            assert leaf.sharding.is_equivalent_to(target.state_sharding, leaf.ndim)
+            assert leaf.sharding.is_equivalent_to(target.placement.state_sharding, leaf.ndim)
     assert_identical(restored, state)
     # Training goes on from the restored state as it does from the saved one.
     expected, _ = source.update(state, batches(2)["ac"])
@@ -464,7 +482,7 @@ def test_restore_onto_another_device_count(tmp_path, saved_on, restored_on):
 
 def test_add_and_remove_module_round_trip(tmp_path):
     spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.adam(1e-2))
-    learner = jl.Learner({"main": spec}, minibatch_size=16)
+    learner = jl.Learner({"main": spec}, minibatch_size=16, sample_batch=regression_batch())
     state = learner.init(jax.random.key(0), regression_batch())
     state, _ = learner.update(state, regression_batch(seed=1))
     learner, state = learner.add_module(
@@ -484,7 +502,10 @@ def test_add_and_remove_module_round_trip(tmp_path):
 
     def fresh(*module_ids):
         return jl.Learner(
-            dict.fromkeys(module_ids, spec), minibatch_size=16, modules_to_train={"main"}
+            dict.fromkeys(module_ids, spec),
+            minibatch_size=16,
+            modules_to_train={"main"},
+            sample_batch=dict.fromkeys(module_ids, regression_batch()),
         )
 
     assert_identical(ckpt.restore(fresh("main", "snapshot"), step=1), state)
@@ -495,7 +516,12 @@ def test_add_and_remove_module_round_trip(tmp_path):
 
 def build_toy(recipe):
     spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.adam(recipe["learning_rate"]))
-    return jl.Learner({"policy": spec}, minibatch_size=recipe["minibatch_size"], recipe=recipe)
+    return jl.Learner(
+        {"policy": spec},
+        minibatch_size=recipe["minibatch_size"],
+        recipe=recipe,
+        sample_batch=regression_batch(),
+    )
 
 
 @pytest.fixture
@@ -523,7 +549,7 @@ def test_restore_without_a_usable_recipe(tmp_path, toy_recipe):
     spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))
     batch = regression_batch()
     for name, recipe in [("plain", None), ("unknown", {"algorithm": "never_registered"})]:
-        learner = jl.Learner({"policy": spec}, recipe=recipe)
+        learner = jl.Learner({"policy": spec}, recipe=recipe, sample_batch=batch)
         with CheckpointManager(tmp_path / name) as ckpt:
             ckpt.save(1, learner.init(jax.random.key(0), batch), learner)
     with pytest.raises(ValueError, match="saved from a learner without a recipe"):
@@ -534,7 +560,9 @@ def test_restore_without_a_usable_recipe(tmp_path, toy_recipe):
     with pytest.raises(FileNotFoundError):
         restore(missing)
     assert not missing.exists()  # restoring never creates anything
-    learner = jl.Learner({"policy": spec}, recipe={"algorithm": "toy", "fn": print})
+    learner = jl.Learner(
+        {"policy": spec}, recipe={"algorithm": "toy", "fn": print}, sample_batch=batch
+    )
     with pytest.raises(TypeError, match="recipe is not JSON-serialisable"):
         CheckpointManager(tmp_path / "bad").save(1, learner.init(jax.random.key(0), batch), learner)
 

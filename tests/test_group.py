@@ -1,4 +1,4 @@
-"""LearnerGroup: data-parallel updates equal the single-device update; several hosts."""
+"""A learner placed on a mesh: data-parallel updates equal the single-device update; hosts."""
 
 import socket
 import subprocess
@@ -42,14 +42,16 @@ def references():
 
 @pytest.mark.parametrize("problem", ["one", "two"])
 @pytest.mark.parametrize("devices", [8, 4, 2, 1])
-def test_group_update_equals_single_device_update(references, problem, devices):
+def test_placed_update_equals_single_device_update(references, problem, devices):
     learner, batch, (expected, expected_metrics) = references[problem]
-    group = jl.LearnerGroup(learner, devices=jax.devices()[:devices])
-    state = group.init(jax.random.key(0), batch)
-    assert state.modules[learner.module_ids[0]].grad_steps.sharding == group.state_sharding
+    placed = learner.on(devices)
+    assert type(placed) is jl.Learner and placed.placement.num_devices == devices
+    state = placed.init(jax.random.key(0), batch)
+    sharding = placed.placement.state_sharding
+    assert state.modules[learner.module_ids[0]].grad_steps.sharding == sharding
     for _ in range(UPDATES):
-        state, metrics = group.update(state, batch)
-    local = group.get(state)
+        state, metrics = placed.update(state, batch)
+    local = placed.placement.get(state)
     # Shuffling is on: the same permutation is drawn on any number of devices.
     assert_trees_close(local.modules, expected.modules, rtol=1e-5, atol=1e-6)
     assert_trees_close(metrics, expected_metrics, rtol=1e-5, atol=1e-6)
@@ -64,28 +66,27 @@ def test_gradient_is_not_multiplied_by_the_device_count():
     spec = jl.ModuleSpec(
         nn.Dense(1, use_bias=False, kernel_init=nn.initializers.zeros), mse_loss, optax.sgd(0.01)
     )
-    learner = jl.Learner({"m": spec}, shuffle=False)
-    group = jl.LearnerGroup(learner)
-    state = group.init(jax.random.key(0), batch)
-    state, _ = group.update(state, batch)
+    learner = jl.Learner({"m": spec}, shuffle=False, devices="all")
+    state = learner.init(jax.random.key(0), batch)
+    state, _ = learner.update(state, batch)
     expected = 0.01 * 2.0 / 64 * batch["x"].T @ batch["y"]
-    kernel = np.asarray(group.get(state).modules["m"].params["params"]["kernel"])[:, 0]
+    params = learner.placement.get(state).modules["m"].params
+    kernel = np.asarray(params["params"]["kernel"])[:, 0]
     np.testing.assert_allclose(kernel, expected, rtol=1e-5)
 
 
 def test_bad_batch_size_names_sizes_that_work():
-    group = jl.LearnerGroup(one_module_learner())
-    state = group.init(jax.random.key(0), regression_batch())
+    placed = one_module_learner().on("all")
+    state = placed.init(jax.random.key(0), regression_batch())
     with pytest.raises(ValueError) as raised:
-        group.update(state, regression_batch(size=60))
+        placed.update(state, regression_batch(size=60))
     message = str(raised.value)
     assert "global batch of 60 rows with minibatch_size=16 does not split evenly" in message
     assert "over the 8 devices" in message and "[56, 64]" in message
-    odd = jl.LearnerGroup(one_module_learner().replace(minibatch_size=12))
+    odd = one_module_learner().replace(minibatch_size=12)
+    state = odd.init(jax.random.key(0), regression_batch())
     with pytest.raises(ValueError, match=r"minibatch sizes that split: \[8, 16\]"):
-        odd.update(
-            odd.put(odd.learner.init(jax.random.key(0), regression_batch())), regression_batch()
-        )
+        odd.on("all").update(odd.on("all").placement.put(state), regression_batch())
 
 
 def test_mesh_validation():
@@ -99,32 +100,43 @@ def test_mesh_validation():
         )
     with pytest.raises(TypeError, match="needs a jl.Learner"):
         jl.LearnerGroup("learner")
+    with pytest.raises(ValueError, match=f"{len(jax.devices())} device"):
+        one_module_learner().on(len(jax.devices()) + 1)
+    with pytest.raises(ValueError, match="'all', a positive int"):
+        one_module_learner().on("gpu")
+
+
+def test_learner_group_is_a_placed_learner():
+    learner = one_module_learner()
+    group = jl.LearnerGroup(learner, devices=jax.devices()[:2])
+    assert group == learner.on(2) and group.placement.num_devices == 2
+    assert jl.LearnerGroup(learner) == learner.on("all")
 
 
 def test_a_mesh_with_a_replica_axis():
     learner, batch = one_module_learner(), regression_batch()
     expected, _ = single_device_run(learner, batch)
     mesh = Mesh(np.asarray(jax.devices()).reshape(4, 2), ("data", "replica"))
-    group = jl.LearnerGroup(learner, mesh=mesh)
-    assert group.num_devices == 4
-    state = group.init(jax.random.key(0), batch)
+    placed = learner.on(mesh=mesh)
+    assert placed.placement.num_devices == 4
+    state = placed.init(jax.random.key(0), batch)
     for _ in range(UPDATES):
-        state, _ = group.update(state, batch)
-    assert_trees_close(group.get(state).modules, expected.modules)
+        state, _ = placed.update(state, batch)
+    assert_trees_close(placed.placement.get(state).modules, expected.modules)
 
 
-def test_modules_through_the_group():
+def test_modules_on_a_mesh():
     learner = make_learner(modules_to_train={"policy"})
-    group = jl.LearnerGroup(learner, devices=jax.devices()[:4])
-    state = group.init(jax.random.key(0), global_batch())
-    state, metrics = group.update(state, global_batch())
+    placed = learner.on(4)
+    state = placed.init(jax.random.key(0), global_batch())
+    state, metrics = placed.update(state, global_batch())
     assert set(metrics) == {"policy", "__all__"}
     assert tree_equal(
-        group.get(state).modules["ac"],
+        placed.placement.get(state).modules["ac"],
         learner.init(jax.random.key(0), global_batch()).modules["ac"],
     )
 
-    bigger, state = group.add_module(
+    bigger, state = placed.add_module(
         state,
         "snapshot",
         learner.specs["policy"],
@@ -132,8 +144,10 @@ def test_modules_through_the_group():
         params=state.modules["policy"].params,
         train=False,
     )
-    assert bigger.learner.module_ids == ("policy", "ac", "snapshot")
-    assert state.modules["snapshot"].params["params"]["kernel"].sharding == bigger.state_sharding
+    assert bigger.module_ids == ("policy", "ac", "snapshot")
+    assert bigger.placement == placed.placement
+    kernel = state.modules["snapshot"].params["params"]["kernel"]
+    assert kernel.sharding == bigger.placement.state_sharding
     state, _ = bigger.update(state, {"policy": regression_batch(), "snapshot": regression_batch()})
     smaller, state = bigger.remove_module(state, "snapshot")
     state, _ = smaller.update(state, global_batch())
@@ -144,9 +158,9 @@ def test_modules_through_the_group():
 
 def test_get_returns_a_state_the_plain_learner_updates():
     learner = one_module_learner()
-    group = jl.LearnerGroup(learner)
-    state = group.init(jax.random.key(0), regression_batch())
-    local = group.get(state)
+    placed = learner.on("all")
+    state = placed.init(jax.random.key(0), regression_batch())
+    local = placed.placement.get(state)
     assert len(local.modules["policy"].params["params"]["kernel"].devices()) == 1
     learner.update(local, regression_batch())
 
@@ -168,13 +182,12 @@ def _still_running(state, sharding):
     return jax.jit(busy, out_shardings=sharding)(state)
 
 
-@pytest.mark.parametrize("runner", ["learner", "group"])
-def test_update_returns_without_waiting_for_the_devices(runner):
+@pytest.mark.parametrize("devices", [None, "all"])
+def test_update_returns_without_waiting_for_the_devices(devices):
     # The state is the output of a long computation still running; an update that
     # read any value on the host (validation, metrics) would wait for it to finish.
-    learner = one_module_learner()
-    target = jl.LearnerGroup(learner) if runner == "group" else learner
-    sharding = target.state_sharding if runner == "group" else None
+    target = one_module_learner().on(devices)
+    sharding = target.placement.state_sharding
     state = target.init(jax.random.key(0), regression_batch())
     jax.block_until_ready(target.update(_still_running(state, sharding), regression_batch()))
     busy_state = _still_running(state, sharding)
@@ -214,12 +227,11 @@ def test_two_processes_equal_one_process_with_eight_devices(tmp_path):
     for process, log in zip(processes, logs, strict=True):
         assert process.returncode == 0, log[-3000:]
 
-    learner = make_learner()
-    group = jl.LearnerGroup(learner)  # one process, 8 devices
-    state = group.init(jax.random.key(0), global_batch())
+    learner = make_learner(devices="all")  # one process, 8 devices
+    state = learner.init(jax.random.key(0), global_batch())
     for _ in range(UPDATES):
-        state, metrics = group.update(state, global_batch())
-    host = jax.device_get(group.get(state).modules)
+        state, metrics = learner.update(state, global_batch())
+    host = jax.device_get(learner.placement.get(state).modules)
     expected = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_leaves_with_path(host)}
     for output in outputs:
         saved = np.load(output)

@@ -62,7 +62,8 @@ def test_update_equals_hand_written_optax_loop(jit):
         initial.modules["policy"].params, batch, transform, dense_mse
     )
     assert_trees_close(state.modules["policy"].params, params)
-    assert_trees_close(state.modules["policy"].opt_states["default"], opt_state[1])
+    # The named optimizer is one optax value, chain(clip, adam): its state is the chain's.
+    assert_trees_close(state.modules["policy"].opt_states["default"], opt_state)
     # 64 rows / 16 per minibatch x 2 epochs x 3 updates.
     assert int(state.grad_steps) == int(state.modules["policy"].grad_steps) == 24
     assert int(state.modules["policy"].env_steps) == 3 * 64
@@ -179,9 +180,13 @@ def test_one_module_with_two_named_optimizers(jit):
 
     labels = lambda params: {"params": {"actor": "actor", "critic": "critic"}}
     transform = optax.multi_transform({"actor": optax.adam(1e-2), "critic": optax.sgd(0.1)}, labels)
-    params, _ = reference_loop(initial, batch, transform, loss_of_params)
+    params, reference_state = reference_loop(initial, batch, transform, loss_of_params)
     assert_trees_close(state.modules["ac"].params, params)
     opt_states = state.modules["ac"].opt_states
+    # The two named optimizers are one optax.partition; its inner states, by name (the
+    # reference's prefix labels mask whole subtrees, so compare the arrays).
+    reference_states = dict(reference_state.inner_states)
+    assert_trees_close(jax.tree.leaves(opt_states), jax.tree.leaves(reference_states))
     assert set(opt_states) == {"actor", "critic"}
     # The actor's Adam moments exist only for actor params (optax.masked state).
     mu = opt_states["actor"].inner_state[0].mu["params"]
@@ -494,3 +499,49 @@ def test_state_is_a_pytree_of_arrays_only():
     # It passes through jit and vmap like any pytree.
     doubled = jax.jit(lambda s: jax.tree.map(lambda x: x, s))(state)
     assert tree_equal(doubled.modules, state.modules)
+
+
+def test_a_learner_is_a_frozen_hashable_value():
+    batch = regression_batch()
+    learner = make_learner(optax.adam(1e-2), sample_batch=batch)
+    same = make_learner(optax.adam(1e-2), sample_batch=batch)
+    assert hash(learner) == hash(learner.replace())
+    assert learner == learner.replace() and {learner: 1}[learner.replace()] == 1
+    assert learner != learner.replace(num_epochs=EPOCHS + 1)
+    assert learner != same  # another optax.adam(...) value: another transformation
+    with pytest.raises(AttributeError, match="frozen"):
+        learner.num_epochs = 3
+    with pytest.raises(AttributeError, match="frozen"):
+        learner._layout = None
+    before = (hash(learner), learner.batch_layout, learner.config, learner.placement)
+    state = learner.init(jax.random.key(0), batch)
+    learner.update(state, batch)
+    assert (hash(learner), learner.batch_layout, learner.config, learner.placement) == before
+    assert learner == learner.replace()
+
+
+def test_init_leaves_a_learner_without_layout_as_it_was():
+    learner = make_learner(optax.adam(1e-2))
+    state = learner.init(jax.random.key(0), regression_batch())
+    assert learner.batch_layout is None and learner == learner.replace()
+    with pytest.raises(ValueError, match="sample_batch=batch"):
+        learner.init(jax.random.key(0))
+    _, updated, _ = run(learner, regression_batch())
+    assert int(updated.grad_steps) == int(state.grad_steps) + 24
+
+
+def test_config_is_one_typed_value():
+    config = jl.LearnerConfig(minibatch_size=MINIBATCH, num_epochs=EPOCHS, shuffle=False)
+    spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))
+    by_config = jl.Learner({"policy": spec}, config=config)
+    by_keywords = jl.Learner(
+        {"policy": spec}, minibatch_size=MINIBATCH, num_epochs=EPOCHS, shuffle=False
+    )
+    assert by_config == by_keywords and by_config.config is config
+    assert jl.UpdateConfig is jl.LearnerConfig
+    with pytest.raises(TypeError, match="not both"):
+        jl.Learner({"policy": spec}, config=config, num_epochs=2)
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['epochs'\]"):
+        jl.Learner({"policy": spec}, epochs=2)
+    with pytest.raises(TypeError, match=r"replace got unknown option\(s\)"):
+        by_config.replace(epochs=2)

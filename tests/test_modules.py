@@ -219,5 +219,5 @@ def test_learner_and_spec_validation():
         jl.ModuleSpec(nn.Dense(1), mse_loss, optimizers={"a": "adam"})
     with pytest.raises(TypeError, match="Expected a PRNG key"):
         jl.Learner({"m": spec()}).init(0, regression_batch())
-    with pytest.raises(ValueError, match="call learner.init"):
+    with pytest.raises(TypeError, match=r"from learner.init\); got NoneType"):
         jl.Learner({"m": spec()}).update(None, regression_batch())

@@ -32,7 +32,7 @@ def test_quickstart_runs(quickstart):
 
 def test_all_devices_block_runs(quickstart):
     namespace = _run("group", quickstart)
-    assert namespace["group"].num_devices == 8  # the fake devices of tests/conftest.py
+    assert namespace["placed"].placement.num_devices == 8  # the fake devices of conftest.py
     assert int(namespace["single"].updates) == 13
 
 

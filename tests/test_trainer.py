@@ -135,7 +135,8 @@ def test_restoring_a_plain_learner_checkpoint_into_a_trainer_is_refused(tmp_path
 
 def test_training_on_all_devices():
     trainer = small_trainer(devices="all")
-    assert trainer.group is not None and trainer.group.num_devices == 8
+    assert trainer.learner.placement.num_devices == 8
+    assert trainer.state.key.sharding == trainer.learner.placement.state_sharding
     stats = trainer.step()
     single = small_trainer().step()
     # Same seed and data: the group's update equals the single-device one to float tolerance.
