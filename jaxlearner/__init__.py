@@ -35,7 +35,9 @@ from jaxlearner.schedules import Schedule, piecewise_schedule
 from jaxlearner.state import LearnerState, ModuleState
 from jaxlearner.stop_conditions import (
     All,
+    AllOf,
     Any,
+    AnyOf,
     MaxEnvSteps,
     MaxIterations,
     MaxWallTime,
@@ -104,7 +106,9 @@ __all__ = [
     "DEFAULT_OPTIMIZER",
     "AdditionalUpdate",
     "All",
+    "AllOf",
     "Any",
+    "AnyOf",
     "CheckpointCorruptedError",
     "CheckpointManager",
     "CheckpointOptions",
