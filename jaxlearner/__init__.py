@@ -38,7 +38,9 @@ from jaxlearner.schedules import Schedule, piecewise_schedule
 from jaxlearner.state import LearnerState, ModuleState
 from jaxlearner.stop_conditions import (
     All,
+    AllOf,
     Any,
+    AnyOf,
     MaxEnvSteps,
     MaxIterations,
     MaxWallTime,
@@ -110,7 +112,9 @@ __all__ = [
     "DEFAULT_OPTIMIZER",
     "AdditionalUpdate",
     "All",
+    "AllOf",
     "Any",
+    "AnyOf",
     "CheckpointCorruptedError",
     "CheckpointManager",
     "CheckpointOptions",

@@ -194,10 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)  # orbax's notes on read-only folders
     try:
         if args.command == "train":
-            return _train(args, parser)
+            return _train(args)
         if args.command == "eval":
-            return _eval(args, parser)
-        return _plot(args, parser)
+            return _eval(args)
+        return _plot(args)
     except _UsageError as error:
         parser.exit(2, f"jaxlearner {args.command}: error: {error}\n")
 
@@ -206,7 +206,7 @@ class _UsageError(Exception):
     """A mistake in the command line discovered after parsing."""
 
 
-def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _train(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import jaxlearner as jl
@@ -341,7 +341,7 @@ def _read_run(path: str) -> tuple[pathlib.Path, dict[str, Any]]:
     return run, json.loads((run / RUN_FILE).read_text())
 
 
-def _eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _eval(args: argparse.Namespace) -> int:
     import jax
 
     import jaxlearner as jl
@@ -430,7 +430,7 @@ def _play_episode(
         print(f"video of one episode (return {episode_return:.1f}, {len(frames)} frames): {video}")
 
 
-def _plot(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _plot(args: argparse.Namespace) -> int:
     from jaxlearner.loggers import read_json_lines
 
     runs = [_read_run(path) for path in args.runs]

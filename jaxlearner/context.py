@@ -8,8 +8,6 @@ from typing import Any
 
 import jax
 
-from jaxlearner.types import PyTree
-
 
 @dataclasses.dataclass(frozen=True)
 class LossContext:
@@ -34,6 +32,8 @@ class LossContext:
     module_id: str
     apply: Callable[..., Any]
     key: jax.Array
-    extra: Mapping[str, PyTree]
+    # Mapping[str, PyTree]; spelt out as Any (what PyTree is) because jaxlearner.types
+    # refers to LossContext in the LossFn protocols, and context must not import types back.
+    extra: Mapping[str, Any]
     hyperparams: Mapping[str, jax.Array]
     counters: Mapping[str, jax.Array]

@@ -5,9 +5,11 @@ metric dicts (one per iteration; evaluation results merged in under
 ``"eval/..."`` keys where an evaluation ran). It reads no clock and keeps no
 state, so a condition can be tested on a hand-written history and reused.
 A condition whose metric has not been recorded yet does not stop the run.
+:class:`AnyOf` and :class:`AllOf` combine conditions (``Any`` and ``All`` are
+their older names, kept as aliases).
 
 Example:
-  >>> stop = jl.Any(jl.RewardBound(475.0), jl.MaxEnvSteps(200_000))
+  >>> stop = jl.AnyOf(jl.RewardBound(475.0), jl.MaxEnvSteps(200_000))
   >>> stop([{"env_steps": 1000, "eval/return_mean": 480.0}])
   True
 """
@@ -201,33 +203,41 @@ def _check_conditions(name: str, conditions: tuple[object, ...]) -> None:
             raise TypeError(f"{name} got {condition!r}, which is not a stop condition.")
 
 
-class All:
+class AllOf:
     """Stop when every condition says stop.
 
     Example:
-      >>> stop = jl.All(jl.RewardBound(200.0), jl.MaxEnvSteps(10_000))
+      >>> stop = jl.AllOf(jl.RewardBound(200.0), jl.MaxEnvSteps(10_000))
     """
 
     def __init__(self, *conditions: StopCondition) -> None:
-        _check_conditions("All", conditions)
+        _check_conditions("AllOf", conditions)
         self.conditions = conditions
 
     def __call__(self, history: History) -> bool:
         return all(condition(history) for condition in self.conditions)
 
     def __repr__(self) -> str:
-        return f"All({', '.join(map(repr, self.conditions))})"
+        return f"AllOf({', '.join(map(repr, self.conditions))})"
 
 
-class Any:
+class AnyOf:
     """Stop when any condition says stop (a list of conditions means the same)."""
 
     def __init__(self, *conditions: StopCondition) -> None:
-        _check_conditions("Any", conditions)
+        _check_conditions("AnyOf", conditions)
         self.conditions = conditions
 
     def __call__(self, history: History) -> bool:
         return any(condition(history) for condition in self.conditions)
 
     def __repr__(self) -> str:
-        return f"Any({', '.join(map(repr, self.conditions))})"
+        return f"AnyOf({', '.join(map(repr, self.conditions))})"
+
+
+# The older names, kept so that existing code runs unchanged. ``Any`` collides with
+# ``typing.Any`` in any module that imports both by name, hence AnyOf/AllOf.
+All = AllOf
+"""Backwards-compatible alias of :class:`AllOf`."""
+Any = AnyOf
+"""Backwards-compatible alias of :class:`AnyOf`."""

@@ -89,3 +89,91 @@ def test_lazy_exports_resolve():
     for name in jl.__all__:
         if name != "anakin" or (PACKAGE / "anakin.py").exists():
             assert getattr(jl, name) is not None, name
+
+
+def module_name(path):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_level_imports(path, modules):
+    """The package's modules that ``path`` imports at module level, TYPE_CHECKING blocks included.
+
+    Imports inside functions are left out: they run when called, after every module has
+    loaded. ``from a import b`` names the module ``a.b`` when there is one, else ``a``.
+    Importing ``a.b.c`` also runs the enclosing subpackage ``a.b``, counted unless it
+    encloses ``path`` itself; the root package is counted only where it is named, since
+    it runs first for every submodule whatever imports what.
+    """
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if isinstance(child, ast.Import):
+                targets.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parent = package.rsplit(".", child.level - 1)[0]
+                    base = f"{parent}.{base}" if base else parent
+                for alias in child.names:
+                    submodule = f"{base}.{alias.name}"
+                    targets.add(submodule if submodule in modules else base)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    imported = set()
+    for target in targets:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target:
+            imported.add(target)
+        enclosing = target.rpartition(".")[0]
+        while "." in enclosing:  # a subpackage, not the root
+            if not name.startswith(f"{enclosing}."):  # path's own package is running already
+                imported.add(enclosing)
+            enclosing = enclosing.rpartition(".")[0]
+    return imported - {name}
+
+
+def cycles(graph):
+    """The strongly connected components of more than one module, each sorted."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for target in graph.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        reach[start] = seen
+    components = {
+        tuple(sorted({start} | {other for other in reach[start] if start in reach[other]}))
+        for start in graph
+    }
+    return sorted(list(c) for c in components if len(c) > 1)
+
+
+def test_cycles_finds_strongly_connected_components():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert cycles(graph) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_the_package_modules_form_no_import_cycle():
+    """No cycle among jaxlearner's modules through top-level or TYPE_CHECKING imports.
+
+    Function-local (lazy) imports are excluded: ``learner_from_recipe`` in registry.py
+    imports ``jaxlearner.algorithms`` when it meets an unregistered name, so the built-in
+    algorithms register themselves without the registry depending on them at import time.
+    Imports of the root package ``jaxlearner`` from inside it count; the root's own lazy
+    exports go through ``importlib`` and are not imports here.
+    """
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+    graph = {module_name(path): module_level_imports(path, modules) for path in paths}
+    assert graph["jaxlearner.algorithms"] >= {"jaxlearner.registry", "jaxlearner.learner"}
+    assert cycles(graph) == []

@@ -51,12 +51,19 @@ def test_stops_increasing_and_decreasing():
     assert down(history("loss", [4, 1, 2, 1]))
 
 
-def test_all_and_any_compose():
+def test_all_of_and_any_of_compose():
     bound, steps = jl.RewardBound(10.0), jl.MaxEnvSteps(100)
     entry = [{"eval/return_mean": 11.0, "env_steps": 50}]
-    assert jl.Any(bound, steps)(entry)
-    assert not jl.All(bound, steps)(entry)
-    assert jl.All(bound, jl.Any(steps, jl.MaxIterations(1)))([{**entry[0], "iteration": 1}])
+    assert jl.AnyOf(bound, steps)(entry)
+    assert not jl.AllOf(bound, steps)(entry)
+    assert jl.AllOf(bound, jl.AnyOf(steps, jl.MaxIterations(1)))([{**entry[0], "iteration": 1}])
+    assert repr(jl.AnyOf(steps)) == "AnyOf(MaxEnvSteps(steps=100, key='env_steps'))"
+
+
+def test_any_and_all_are_aliases_of_any_of_and_all_of():
+    assert jl.Any is jl.AnyOf
+    assert jl.All is jl.AllOf
+    assert {"Any", "All", "AnyOf", "AllOf"} <= set(jl.__all__)
 
 
 @pytest.mark.parametrize(
@@ -67,8 +74,8 @@ def test_all_and_any_compose():
         (lambda: jl.Plateau("x", patience=1), "Plateau.patience must be at least 2"),
         (lambda: jl.RewardBound(float("nan")), "must be a finite number"),
         (lambda: jl.RewardBound(1.0, key=""), "key must be a metric name"),
-        (lambda: jl.Any(), "Any needs at least one condition"),
-        (lambda: jl.All(3), "not a stop condition"),
+        (lambda: jl.AnyOf(), "AnyOf needs at least one condition"),
+        (lambda: jl.AllOf(3), "not a stop condition"),
     ],
 )
 def test_validation(build, message):
