@@ -28,6 +28,7 @@ import numpy as np
 from jaxlearner.batch import Layout
 from jaxlearner.checkpoint_leaves import describe_leaf, host_value, leaves_with_paths
 from jaxlearner.learner import Learner
+from jaxlearner.loggers import iter_metrics
 from jaxlearner.state import LearnerState
 
 FORMAT = "jaxlearner.checkpoint"
@@ -253,9 +254,15 @@ def _jsonable(value: Any) -> Any:
 def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
     """Metrics as flat ``{"a/b": float}`` JSON values; non-finite values as ``"nan"``/``"inf"``.
 
+    The traversal of :func:`jaxlearner.loggers.flatten_metrics`, made strict for
+    saving: a value that is not a real scalar is an error rather than dropped
+    (a saved metric may rank steps, so a silently missing one would mislead),
+    two keys that flatten alike are an error, and non-finite values, which JSON
+    cannot hold, become strings.
+
     Raises:
-      TypeError: when ``metrics`` is not a mapping or a key is not a string.
-      ValueError: when a value is not a scalar, or two keys flatten alike.
+      TypeError: when ``metrics`` is not a mapping.
+      ValueError: when a value is not a real scalar, or two keys flatten alike.
 
     Example:
       >>> flatten_metrics({"policy": {"loss": 0.5}, "eval/return_mean": 2})
@@ -266,28 +273,19 @@ def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
     if not isinstance(metrics, Mapping):
         raise TypeError(f"metrics must be a mapping of scalars; got {type(metrics).__name__}.")
     flat: dict[str, float | str] = {}
-
-    def visit(prefix: str, node: Any) -> None:
-        if isinstance(node, Mapping):
-            for key, value in node.items():
-                if not isinstance(key, str):
-                    raise TypeError(f"Metric keys must be strings; got {key!r} under {prefix!r}.")
-                visit(f"{prefix}/{key}" if prefix else key, value)
-            return
+    for key, node in iter_metrics(metrics):
         value = host_value(node) if isinstance(node, jax.Array) else np.asarray(node)
         dtype = value.dtype
         real = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
         if np.ndim(value) != 0 or not (real or dtype == np.bool_):
             raise ValueError(
-                f"Metric {prefix!r} must be a real scalar to be saved; got {np.shape(value)} "
+                f"Metric {key!r} must be a real scalar to be saved; got {np.shape(value)} "
                 f"{type(node).__name__}."
             )
-        if prefix in flat:
-            raise ValueError(f"Two metrics flatten to the same key {prefix!r}.")
+        if key in flat:
+            raise ValueError(f"Two metrics flatten to the same key {key!r}.")
         number = float(value)
-        flat[prefix] = number if math.isfinite(number) else str(number)
-
-    visit("", metrics)
+        flat[key] = number if math.isfinite(number) else str(number)
     return flat
 
 
