@@ -2,18 +2,19 @@
 
 Orbax-free helpers of :mod:`jaxlearner.checkpoint`, which writes and reads
 this metadata as one JSON item per step (see
-:meth:`~jaxlearner.CheckpointManager.metadata` for its keys): the format and
-versions, each module's spec description, batch layout and structure
-fingerprint, the devices and mesh, the counters, the learner's options and
-recipe, the metrics flattened to ``{"a/b": value}``, and the caller's extra
-JSON. Nothing in it is pickled: what JSON cannot hold is described by name or
-a shortened repr. The batch layouts read back with :func:`decode_layouts`
-let a fresh learner be restored without a sample batch.
+:meth:`~jaxlearner.CheckpointManager.metadata` for its keys). It holds what
+orbax does not record (orbax records the state's tree, shapes and dtypes): the
+format and versions, each module's spec description and batch layout, the
+devices and mesh, the counters, the learner's settings and recipe, the PRNG
+key implementation, the metrics flattened to ``{"a/b": value}``, a sha256 per
+leaf, and the caller's extra JSON. Nothing in it is pickled: what JSON cannot
+hold is described by name or a shortened repr. The batch layouts read back
+with :func:`decode_layouts` let a fresh learner be restored without a sample
+batch.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import math
@@ -26,14 +27,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.batch import Layout
-from jaxlearner.checkpoint_leaves import describe_leaf, host_value, leaves_with_paths
-from jaxlearner.learner import Learner
+from jaxlearner.checkpoint_leaves import LearnerView, host_value
 from jaxlearner.loggers import iter_metrics
 from jaxlearner.state import LearnerState
 
 FORMAT = "jaxlearner.checkpoint"
-FORMAT_VERSION = 1
-_MODULE_SECTIONS = ("params", "opt_states", "extra", "hyperparams")
+FORMAT_VERSION = 2
+"""2: the state as its nested tree of dicts and lists. 1 (jaxlearner 0.1.0): the state's leaves
+as a flat tree named "00000", "00001", ...; no longer read."""
 
 Metrics: TypeAlias = Mapping[str, Any]
 """``{name: scalar}`` or nested ``{module: {name: scalar}}``; keys are joined with ``"/"``."""
@@ -42,9 +43,9 @@ Metrics: TypeAlias = Mapping[str, Any]
 def build_metadata(
     step: int,
     state: LearnerState,
-    learner: Learner,
-    leaves: list[dict[str, Any]],
+    learner: LearnerView,
     metrics: dict[str, Any],
+    digests: dict[str, str] | None,
 ) -> dict[str, Any]:
     """The JSON metadata of a step (see :meth:`~jaxlearner.CheckpointManager.metadata`)."""
     recipe = learner.recipe
@@ -54,7 +55,7 @@ def build_metadata(
         raise TypeError(
             f"The learner's recipe is not JSON-serialisable ({error}): {recipe!r}."
         ) from None
-    options = learner.options
+    settings = learner.settings
     layout = learner.batch_layout or {}
     return {
         "format": FORMAT,
@@ -66,7 +67,6 @@ def build_metadata(
                 "spec": _describe_spec(spec),
                 "trained": m in learner.modules_to_train,
                 "batch_layout": _encode_layout(layout.get(m)),
-                "fingerprint": _fingerprint(state.modules[m]),
                 "counters": {
                     "grad_steps": int(host_value(state.modules[m].grad_steps)),
                     "env_steps": int(host_value(state.modules[m].env_steps)),
@@ -80,49 +80,45 @@ def build_metadata(
         },
         "devices": _devices(state),
         "learner": {
-            "minibatch_size": options["minibatch_size"],
-            "num_epochs": options["num_epochs"],
-            "shuffle": options["shuffle"],
-            "skip_nonfinite": options["skip_nonfinite"],
+            "minibatch_size": settings["minibatch_size"],
+            "num_epochs": settings["num_epochs"],
+            "shuffle": settings["shuffle"],
+            "skip_nonfinite": settings["skip_nonfinite"],
             "modules_to_train": sorted(learner.modules_to_train),
-            "joint_loss": _name(options["loss"]) if options["loss"] is not None else None,
+            "joint_loss": _name(settings["loss"]) if settings["loss"] is not None else None,
         },
         "recipe": recipe,
+        "key_impl": str(jax.random.key_impl(state.key)),
         "metrics": metrics,
-        "leaves": leaves,
+        "digests": digests,
     }
 
 
 def check_format(step: int, directory: str, metadata: Any) -> None:
-    """Checks that the JSON read from a step is jaxlearner metadata of a format this reads.
+    """Checks that the JSON read from a step is jaxlearner metadata of the format this reads.
 
     Raises:
-      ValueError: when the step was not saved by jaxlearner's CheckpointManager, or in a
-        newer format than this jaxlearner reads.
+      ValueError: when the step was not saved by jaxlearner's CheckpointManager, or in
+        another format version than this jaxlearner reads (naming both).
     """
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise ValueError(
             f"Step {step} in {directory} was not saved by jaxlearner's "
             "CheckpointManager (no jaxlearner metadata)."
         )
-    if metadata.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(
-            f"Step {step} uses checkpoint format {metadata['format_version']}; this "
-            f"jaxlearner reads format {FORMAT_VERSION} and older. Upgrade jaxlearner."
+    found = metadata.get("format_version")
+    if found != FORMAT_VERSION:
+        saved_by = metadata.get("versions", {}).get("jaxlearner", "unknown")
+        advice = (
+            "Upgrade jaxlearner."
+            if isinstance(found, int) and found > FORMAT_VERSION
+            else f"Read it with the jaxlearner release that saved it ({saved_by})."
         )
-
-
-def _fingerprint(module: Any) -> dict[str, Any]:
-    """Per section of a module's state: its leaves' paths, shapes, dtypes and their sha256."""
-    result = {}
-    for section in _MODULE_SECTIONS:
-        described = [describe_leaf(p, x) for p, x in leaves_with_paths(getattr(module, section))]
-        text = json.dumps(described, sort_keys=True)
-        result[section] = {
-            "num_leaves": len(described),
-            "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        }
-    return result
+        raise ValueError(
+            f"Step {step} in {directory} uses checkpoint format {found} (saved by jaxlearner "
+            f"{saved_by}); this jaxlearner reads format {FORMAT_VERSION} only (the state as its "
+            f"nested tree). {advice}"
+        )
 
 
 def _versions() -> dict[str, str]:

@@ -38,7 +38,14 @@ def make_learner() -> Learner:
         return {"ballast": np.random.default_rng(0).random(BALLAST, dtype=np.float32)}
 
     spec = ModuleSpec(nn.Dense(1), mse_loss, optax.adam(1e-2), init_extra=ballast)
-    return Learner({"policy": spec}, minibatch_size=16, num_epochs=2)
+    # The layout of batch_for's batches, so that a learner that restores (not inits) can update.
+    layout = {
+        "x": jax.ShapeDtypeStruct((3,), np.float32),
+        "y": jax.ShapeDtypeStruct((), np.float32),
+    }
+    return Learner(
+        {"policy": spec}, minibatch_size=16, num_epochs=2, batch_layout={"policy": layout}
+    )
 
 
 def batch_for(step: int) -> dict[str, np.ndarray]:
