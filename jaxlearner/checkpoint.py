@@ -4,21 +4,25 @@ This is the only module that imports orbax. A checkpoint step is a folder
 ``<directory>/<step>/`` written atomically by orbax (a partial save stays in a
 temporary folder that is never read, and is cleaned up by the next manager):
 
-* ``state/``: every array leaf of the :class:`~jaxlearner.LearnerState`
-  (params, every optimizer state, schedule counters, extra state, counters,
-  the PRNG key as its key data), as a flat orbax/tensorstore tree named
-  ``00000, 00001, ...`` in the state's flattening order;
-* ``jaxlearner/metadata``: JSON describing that tree (see
-  :meth:`CheckpointManager.metadata`): versions, each module's spec, batch
-  layout and structure fingerprint, devices and mesh, counters, metrics, the
-  learner's recipe, and per leaf its path, shape, dtype and sha256 digest;
+* ``state/``: the :class:`~jaxlearner.LearnerState` as its natural tree of
+  nested dicts and lists (params, every optimizer state, schedule counters,
+  extra state, counters, the PRNG key as its key data), an orbax/tensorstore
+  PyTree checkpoint that plain orbax reads without jaxlearner::
+
+      restored = ocp.StandardCheckpointer().restore(step_dir / "state")
+      kernel = restored["modules"]["policy"]["params"]["params"]["Dense_0"]["kernel"]
+
+* ``jaxlearner/metadata``: JSON with what orbax does not record (see
+  :meth:`CheckpointManager.metadata`): versions, each module's spec and batch
+  layout, devices and mesh, counters, metrics, the learner's recipe, the key
+  implementation, and each leaf's sha256 digest by path;
 * ``metrics/metrics``: JSON metrics, written by orbax when a best metric is
   tracked.
 
 Nothing is pickled. Restoring builds the expected state from the learner with
-``jax.eval_shape`` (no computation), compares it leaf by leaf with the saved
-description, and only then reads the arrays, directly onto the learner's
-device or a :class:`~jaxlearner.LearnerGroup`'s sharding.
+``jax.eval_shape`` (no computation), compares its leaves with the shapes and
+dtypes orbax recorded, and only then reads the arrays, directly onto the
+devices of the learner's placement.
 
 The orbax-free parts live beside it: :mod:`jaxlearner.checkpoint_options`
 (what to keep), :mod:`jaxlearner.checkpoint_metadata` (the JSON metadata) and
@@ -36,21 +40,23 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxlearner.batch import Layout
 from jaxlearner.checkpoint_leaves import (
     abstract_state,
     check_module_ids,
     check_structure,
     default_device,
-    describe_extra_arrays,
-    describe_leaf,
     digest,
+    digests,
+    extra_array_digests,
     host_value,
-    leaves_with_paths,
     logical_leaf,
+    path_name,
     plain_paths,
-    storable_leaves,
+    plain_tree,
+    stored_leaf,
     stored_shape_dtype,
-    unpack_target,
+    stored_shapes,
 )
 from jaxlearner.checkpoint_metadata import (
     Metrics,
@@ -108,7 +114,9 @@ class CheckpointManager:
             self._directory,
             options=_orbax_options(self._options),
             item_handlers={
-                _STATE_ITEM: ocp.StandardCheckpointHandler(),
+                # PyTree rather than Standard (same files): its restore can skip leaves, to
+                # find the one a failed read could not read.
+                _STATE_ITEM: ocp.PyTreeCheckpointHandler(),
                 _META_ITEM: ocp.JsonCheckpointHandler(),
                 _EXTRA_ITEM: ocp.StandardCheckpointHandler(),
             },
@@ -196,9 +204,9 @@ class CheckpointManager:
         Args:
           step: a step number greater than every saved step (e.g.
             ``int(state.updates)`` or an iteration count).
-          state: the learner's state; on one device or replicated by a
-            :class:`~jaxlearner.LearnerGroup`.
-          learner: the learner (or group) the state belongs to.
+          state: the learner's state; on one device or replicated over the
+            learner's mesh.
+          learner: the learner the state belongs to.
           metrics: scalars to store with the step: the learner's nested
             ``{module: {name: value}}`` metrics, a flat ``{"eval/return_mean":
             value}``, or both merged. Required, with ``best_metric`` in it, when
@@ -222,7 +230,7 @@ class CheckpointManager:
           >>> ckpt.save(int(state.updates), state, learner, metrics=metrics)
           ... # doctest: +SKIP
         """
-        learner, _ = unpack_target(learner)
+        _check_learner(learner)
         if self._options.read_only:
             raise ValueError(f"This CheckpointManager of {self._directory} is read-only.")
         if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
@@ -238,21 +246,22 @@ class CheckpointManager:
         if learner.batch_layout is None:
             raise ValueError(
                 "save needs a learner that knows its batch layout, to restore the state later: "
-                "build it with jl.Learner(..., sample_batch=batch) (built-in algorithms know "
-                "theirs)."
+                "build it with jl.Learner(..., sample_batch=batch) or batch_layout=... "
+                "(built-in algorithms know theirs)."
             )
         flat_metrics = flatten_metrics(metrics)
         if self._options.best_metric is not None:
             check_best_metric(self._options.best_metric, flat_metrics)
-        arrays, leaves = storable_leaves(state, digests=self._options.verify)
-        metadata = build_metadata(step, state, learner, leaves, flat_metrics)
+        tree = plain_tree(state, stored_leaf)
+        leaf_digests = digests(tree) if self._options.verify else None
+        metadata = build_metadata(step, state, learner, flat_metrics, leaf_digests)
         metadata["extra"] = check_extra(extra)
         items = {
-            _STATE_ITEM: ocp.args.StandardSave(arrays),
+            _STATE_ITEM: ocp.args.PyTreeSave(tree),
             _META_ITEM: ocp.args.JsonSave(metadata),
         }
         if extra_arrays is not None:
-            metadata["extra_arrays"] = describe_extra_arrays(extra_arrays, self._options.verify)
+            metadata["extra_arrays"] = extra_array_digests(extra_arrays, self._options.verify)
             items[_EXTRA_ITEM] = ocp.args.StandardSave(extra_arrays)
         self._manager.save(
             step,
@@ -269,15 +278,19 @@ class CheckpointManager:
         Keys: ``format``, ``format_version``, ``step``, ``versions``
         (jaxlearner, jax, flax, optax, orbax, python), ``modules`` (per module
         id: ``spec`` description, ``trained``, ``batch_layout``,
-        ``fingerprint`` of params / opt_states / extra / hyperparams,
         ``counters``), ``counters`` (updates, grad_steps, skipped_steps),
         ``devices`` (count, processes, platform, the state's sharding and mesh),
-        ``learner`` (its options), ``recipe``, ``metrics`` and ``leaves`` (per
-        array: stored ``name``, ``path``, ``shape``, ``dtype``, ``sha256``, and
-        ``key_impl`` / ``weak_type`` where they apply).
+        ``learner`` (its settings), ``recipe``, ``key_impl`` (of the state's
+        PRNG key), ``metrics``, ``digests`` (``{path: sha256}`` per leaf of
+        the saved tree, e.g. ``"modules/policy/params/params/Dense_0/kernel"``;
+        ``None`` when saved with ``verify=False``), ``extra`` and, when
+        extra arrays were saved, ``extra_arrays`` (their digests by path).
+        The tree's structure, shapes and dtypes are orbax's own metadata.
 
         Raises:
           FileNotFoundError: when the step does not exist.
+          ValueError: when the step is in another checkpoint format (an older
+            jaxlearner's, for one), naming the format found and the one read.
 
         Example:
           >>> ckpt.metadata()["metrics"]["eval/return_mean"]          # doctest: +SKIP
@@ -296,23 +309,41 @@ class CheckpointManager:
         check_format(step, self._directory, metadata)
         return metadata
 
+    def batch_layout(self, step: int | None = None) -> dict[str, Layout]:
+        """Each module's batch layout saved with a step (default: the latest).
+
+        For building a learner that can update a restored state:
+        ``jl.Learner(specs, batch_layout=ckpt.batch_layout(), ...)``.
+
+        Raises:
+          FileNotFoundError: when the step does not exist.
+          ValueError: when a module's layout could not be saved as JSON.
+
+        Example:
+          >>> learner = jl.Learner({"policy": spec}, batch_layout=ckpt.batch_layout())
+          ... # doctest: +SKIP
+        """
+        step = self._resolve_step(step)
+        return decode_layouts(step, self.metadata(step))
+
     def restore(self, target: Learner, step: int | None = None) -> LearnerState:
         """Restores a step (default: the latest) as a state of ``target``.
 
         The expected state is built from the learner with ``jax.eval_shape``
-        and compared with the saved one leaf by leaf (paths, shapes, dtypes)
+        and compared with the shapes and dtypes orbax recorded, path by path,
         before anything is read; arrays are then read directly onto the
-        learner's default device, or onto a group's ``state_sharding`` (any
-        device count, whatever it was at save). Typed PRNG keys, optax named
+        learner's placement: the default device, or replicated over its mesh
+        (any device count, whatever it was at save). Typed PRNG keys, optax named
         tuples, empty states and weakly typed scalars come back as they were.
 
-        Like ``learner.init``, this records the batch layout on a learner that
-        has none yet (a fresh learner built in code or from a recipe), from the
-        layout saved with the step, so ``learner.update`` works right after.
+        The learner is left as it was. One that does not know its batch
+        layout (built without ``sample_batch=`` or ``batch_layout=``) gets
+        its expected state from the layout saved with the step; build it with
+        ``batch_layout=ckpt.batch_layout()`` to check batches and save again.
 
         Args:
-          target: a :class:`~jaxlearner.Learner`, or anything with ``.learner``
-            and ``.state_sharding`` such as a :class:`~jaxlearner.LearnerGroup`.
+          target: the :class:`~jaxlearner.Learner` to restore for, placed where
+            the state should live (``learner.on(...)``).
           step: the step; ``None`` for the latest.
 
         Returns:
@@ -321,8 +352,9 @@ class CheckpointManager:
         Raises:
           FileNotFoundError: when the directory holds no such step.
           ValueError: when the learner's modules or state structure differ from
-            the checkpoint (the first differing path, saved versus expected);
-            nothing is cast or skipped.
+            the checkpoint (the first differing path, saved versus expected),
+            or the step is in another checkpoint format; nothing is cast or
+            skipped.
           CheckpointCorruptedError: when an array cannot be read or its digest
             differs; the message names the leaf.
 
@@ -330,34 +362,32 @@ class CheckpointManager:
           >>> learner = make_learner()                  # same code, fresh  # doctest: +SKIP
           >>> state = ckpt.restore(learner)                                # doctest: +SKIP
           >>> state, metrics = learner.update(state, batch)               # doctest: +SKIP
-          >>> state = ckpt.restore(jl.LearnerGroup(make_learner()))       # doctest: +SKIP
+          >>> state = ckpt.restore(make_learner().on("all"))  # replicated  # doctest: +SKIP
         """
-        learner, sharding = unpack_target(target)
+        _check_learner(target)
         step = self._resolve_step(step)
         metadata = self.metadata(step)
-        check_module_ids(step, list(metadata["modules"]), learner.module_ids)
-        layout = learner.batch_layout
+        check_module_ids(step, list(metadata["modules"]), target.module_ids)
+        layout = target.batch_layout
         if layout is None:
             layout = decode_layouts(step, metadata)
-        key_impl = next(
-            (leaf["key_impl"] for leaf in metadata["leaves"] if "key_impl" in leaf), None
-        )
-        abstract = abstract_state(learner, layout, key_impl)
-        expected = [describe_leaf(path, leaf) for path, leaf in leaves_with_paths(abstract)]
-        check_structure(step, metadata["leaves"], expected)
+        key_impl = metadata["key_impl"]
+        abstract = abstract_state(target, layout, key_impl)
+        sharding = target.placement.state_sharding
         if sharding is None:
             sharding = jax.sharding.SingleDeviceSharding(default_device())
-        saved = metadata["leaves"]
-        targets = {
-            leaf["name"]: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-            for leaf, (shape, dtype) in zip(
-                saved, (stored_shape_dtype(x) for x in jax.tree.leaves(abstract)), strict=True
-            )
-        }
-        arrays = self._read_arrays(step, targets, saved)
+        target_tree = plain_tree(
+            abstract,
+            lambda leaf: jax.ShapeDtypeStruct(*stored_shape_dtype(leaf), sharding=sharding),
+        )
+        check_structure(step, self._saved_shapes(step), stored_shapes(abstract))
+        arrays = dict(plain_paths(self._read_state(step, target_tree)))
         if self._options.verify:
-            _verify_digests(step, saved, arrays)
-        leaves = [logical_leaf(arrays[leaf["name"]], leaf, sharding) for leaf in saved]
+            _verify_digests(step, metadata.get("digests") or {}, arrays, "leaf")
+        leaves = [
+            logical_leaf(arrays[path], leaf, key_impl, sharding)
+            for path, leaf in plain_paths(abstract)
+        ]
         return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
 
     def restore_extra(self, step: int | None = None) -> tuple[Any, Any]:
@@ -389,17 +419,14 @@ class CheckpointManager:
                 f"{shorten(str(error), 400)}"
             ) from error
         found = dict(plain_paths(restored))
-        for record in records:
-            leaf = found.get(record["path"])
-            if leaf is None or list(np.shape(leaf)) != record["shape"]:
-                raise CheckpointCorruptedError(
-                    f"The extra array {record['path']} of step {step} is missing or reshaped."
-                )
-            if "sha256" in record and digest(host_value(leaf)) != record["sha256"]:
-                raise CheckpointCorruptedError(
-                    f"Checkpoint step {step} is corrupted: extra array {record['path']} differs "
-                    "from the digest saved with it. Restore an earlier step."
-                )
+        missing = [path for path in records if path not in found]
+        if missing:
+            raise CheckpointCorruptedError(
+                f"The extra arrays {missing} of step {step} in {self._directory} are missing."
+            )
+        if self._options.verify:
+            saved = {path: sha for path, sha in records.items() if sha is not None}
+            _verify_digests(step, saved, found, "extra array")
         return metadata.get("extra"), restored
 
     def _resolve_step(self, step: int | None) -> int:
@@ -414,31 +441,46 @@ class CheckpointManager:
             )
         return int(step)
 
-    def _read_arrays(
-        self, step: int, targets: dict[str, jax.ShapeDtypeStruct], saved: list[dict[str, Any]]
-    ) -> dict[str, jax.Array]:
+    def _saved_shapes(self, step: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """``{path: (shape, dtype)}`` of the state's leaves, from orbax's metadata of the step."""
         try:
-            restored = self._manager.restore(
-                step,
-                args=ocp.args.Composite(**{_STATE_ITEM: ocp.args.StandardRestore(targets)}),
-            )
-        except Exception as error:  # tensorstore reports damage as ValueError, OSError, ...
-            path = self._manager.directory / str(step) / _STATE_ITEM
-            paths = {leaf["name"]: leaf["path"] for leaf in saved}
-            for name, target in targets.items():
-                try:
-                    _read_one(path, name, target)
-                except Exception as leaf_error:
-                    raise CheckpointCorruptedError(
-                        f"Checkpoint step {step} in {self._directory} is damaged: leaf "
-                        f"{paths[name]} (stored as {name!r}) cannot be read: "
-                        f"{shorten(str(leaf_error), 400)}"
-                    ) from error
+            tree = self._manager.metadata(step).item_metadata[_STATE_ITEM].tree
+            return stored_shapes(tree)
+        except Exception as error:  # a missing or damaged metadata file, in many forms
             raise CheckpointCorruptedError(
-                f"Checkpoint step {step} in {self._directory} cannot be read: "
-                f"{shorten(str(error), 400)}"
+                f"Checkpoint step {step} in {self._directory} is damaged: orbax's description "
+                f"of its state cannot be read: {shorten(str(error), 400)}"
             ) from error
-        return restored[_STATE_ITEM]
+
+    def _read_state(self, step: int, target: Any) -> Any:
+        """The saved tree, read onto ``target``'s shardings; a failure names an unreadable leaf."""
+
+        def read(item: Any) -> Any:
+            args = ocp.args.PyTreeRestore(
+                item, restore_args=ocp.checkpoint_utils.construct_restore_args(item)
+            )
+            return self._manager.restore(step, args=ocp.args.Composite(**{_STATE_ITEM: args}))
+
+        try:
+            return read(target)[_STATE_ITEM]
+        except Exception as error:  # tensorstore reports damage as ValueError, OSError, ...
+            failure = error
+        for path, _ in plain_paths(target):
+            alone = jax.tree_util.tree_map_with_path(
+                lambda p, leaf, path=path: leaf if path_name(p) == path else ocp.PLACEHOLDER,
+                target,
+            )
+            try:
+                read(alone)
+            except Exception as leaf_error:
+                raise CheckpointCorruptedError(
+                    f"Checkpoint step {step} in {self._directory} is damaged: leaf {path} "
+                    f"cannot be read: {shorten(str(leaf_error), 400)}"
+                ) from failure
+        raise CheckpointCorruptedError(
+            f"Checkpoint step {step} in {self._directory} cannot be read: "
+            f"{shorten(str(failure), 400)}"
+        ) from failure
 
 
 def restore(
@@ -448,7 +490,8 @@ def restore(
 
     For learners built with ``recipe=...`` (the built-in algorithms): the
     builder registered for ``recipe["algorithm"]`` (see
-    :func:`~jaxlearner.register_recipe`) makes a fresh learner, and the state
+    :func:`~jaxlearner.register_recipe`) makes a fresh learner, given the batch
+    layout saved with the step if its builder does not set one, and the state
     is restored into it on the default device. Nothing in the directory is
     created or deleted.
 
@@ -471,18 +514,29 @@ def restore(
     """
     manager = CheckpointManager(directory, read_only=True, verify=verify)
     try:
-        step = manager._resolve_step(step)
-        recipe = manager.metadata(step).get("recipe")
-        if recipe is None:
+        if step is None:
+            step = manager.latest_step()  # None in an empty directory: metadata then raises
+        metadata = manager.metadata(step)
+        if metadata.get("recipe") is None:
             raise ValueError(
                 f"Step {step} in {manager.directory} was saved from a learner without a "
                 "recipe, so it cannot be rebuilt from the checkpoint alone: build the learner "
                 "in code and call jl.CheckpointManager(directory).restore(learner)."
             )
-        learner = learner_from_recipe(recipe)
+        learner = learner_from_recipe(metadata["recipe"])
+        if learner.batch_layout is None:
+            learner = learner.replace(batch_layout=decode_layouts(step, metadata))
         return learner, manager.restore(learner, step)
     finally:
         manager.close()
+
+
+def _check_learner(learner: object) -> None:
+    if not isinstance(learner, Learner):
+        raise TypeError(
+            f"Expected a jl.Learner (placed where the state should live); got "
+            f"{type(learner).__name__}."
+        )
 
 
 def _resolve_directory(directory: str | os.PathLike[str]) -> str:
@@ -528,30 +582,12 @@ def _orbax_options(options: CheckpointOptions) -> ocp.CheckpointManagerOptions:
     )
 
 
-def _verify_digests(step: int, saved: list[dict[str, Any]], arrays: dict[str, jax.Array]) -> None:
-    for record in saved:
-        if "sha256" not in record:
-            continue
-        actual = digest(host_value(arrays[record["name"]]))
-        if actual != record["sha256"]:
+def _verify_digests(step: int, saved: dict[str, str], arrays: dict[str, Any], kind: str) -> None:
+    """Raises naming the first array whose sha256 differs from the one saved for its path."""
+    for path, expected in saved.items():
+        actual = digest(host_value(arrays[path]))
+        if actual != expected:
             raise CheckpointCorruptedError(
-                f"Checkpoint step {step} is corrupted: leaf {record['path']} (stored as "
-                f"{record['name']!r}) has sha256 {actual[:16]}..., but {record['sha256'][:16]}... "
-                "was saved. Restore an earlier step."
+                f"Checkpoint step {step} is corrupted: {kind} {path} has sha256 {actual[:16]}..., "
+                f"but {expected[:16]}... was saved. Restore an earlier step."
             )
-
-
-def _read_one(path: Any, name: str, target: jax.ShapeDtypeStruct) -> None:
-    """Reads a single stored array (to find which leaf a failed restore could not read)."""
-    checkpointer = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
-    try:
-        checkpointer.restore(
-            path,
-            args=ocp.args.PyTreeRestore(
-                item={name: target},
-                restore_args={name: ocp.ArrayRestoreArgs(sharding=target.sharding)},
-                partial_restore=True,
-            ),
-        )
-    finally:
-        checkpointer.close()

@@ -2,18 +2,19 @@
 
 Orbax-free helpers of :mod:`jaxlearner.checkpoint`, which writes and reads
 this metadata as one JSON item per step (see
-:meth:`~jaxlearner.CheckpointManager.metadata` for its keys): the format and
-versions, each module's spec description, batch layout and structure
-fingerprint, the devices and mesh, the counters, the learner's options and
-recipe, the metrics flattened to ``{"a/b": value}``, and the caller's extra
-JSON. Nothing in it is pickled: what JSON cannot hold is described by name or
-a shortened repr. The batch layouts read back with :func:`decode_layouts`
-let a fresh learner be restored without a sample batch.
+:meth:`~jaxlearner.CheckpointManager.metadata` for its keys). It holds what
+orbax does not record (orbax records the state's tree, shapes and dtypes): the
+format and versions, each module's spec description and batch layout, the
+devices and mesh, the counters, the learner's settings and recipe, the PRNG
+key implementation, the metrics flattened to ``{"a/b": value}``, a sha256 per
+leaf, and the caller's extra JSON. Nothing in it is pickled: what JSON cannot
+hold is described by name or a shortened repr. The batch layouts read back
+with :func:`decode_layouts` let a fresh learner be restored without a sample
+batch.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import math
@@ -26,13 +27,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.batch import Layout
-from jaxlearner.checkpoint_leaves import describe_leaf, host_value, leaves_with_paths
+from jaxlearner.checkpoint_leaves import host_value
 from jaxlearner.learner import Learner
+from jaxlearner.loggers import iter_metrics
 from jaxlearner.state import LearnerState
 
 FORMAT = "jaxlearner.checkpoint"
-FORMAT_VERSION = 1
-_MODULE_SECTIONS = ("params", "opt_states", "extra", "hyperparams")
+FORMAT_VERSION = 2
+"""2: the state as its nested tree of dicts and lists. 1 (jaxlearner 0.1.0): the state's leaves
+as a flat tree named "00000", "00001", ...; no longer read."""
 
 Metrics: TypeAlias = Mapping[str, Any]
 """``{name: scalar}`` or nested ``{module: {name: scalar}}``; keys are joined with ``"/"``."""
@@ -42,8 +45,8 @@ def build_metadata(
     step: int,
     state: LearnerState,
     learner: Learner,
-    leaves: list[dict[str, Any]],
     metrics: dict[str, Any],
+    digests: dict[str, str] | None,
 ) -> dict[str, Any]:
     """The JSON metadata of a step (see :meth:`~jaxlearner.CheckpointManager.metadata`)."""
     recipe = learner.recipe
@@ -65,7 +68,6 @@ def build_metadata(
                 "spec": _describe_spec(spec),
                 "trained": m in learner.modules_to_train,
                 "batch_layout": _encode_layout(layout.get(m)),
-                "fingerprint": _fingerprint(state.modules[m]),
                 "counters": {
                     "grad_steps": int(host_value(state.modules[m].grad_steps)),
                     "env_steps": int(host_value(state.modules[m].env_steps)),
@@ -87,41 +89,37 @@ def build_metadata(
             "joint_loss": _name(config.loss) if config.loss is not None else None,
         },
         "recipe": recipe,
+        "key_impl": str(jax.random.key_impl(state.key)),
         "metrics": metrics,
-        "leaves": leaves,
+        "digests": digests,
     }
 
 
 def check_format(step: int, directory: str, metadata: Any) -> None:
-    """Checks that the JSON read from a step is jaxlearner metadata of a format this reads.
+    """Checks that the JSON read from a step is jaxlearner metadata of the format this reads.
 
     Raises:
-      ValueError: when the step was not saved by jaxlearner's CheckpointManager, or in a
-        newer format than this jaxlearner reads.
+      ValueError: when the step was not saved by jaxlearner's CheckpointManager, or in
+        another format version than this jaxlearner reads (naming both).
     """
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise ValueError(
             f"Step {step} in {directory} was not saved by jaxlearner's "
             "CheckpointManager (no jaxlearner metadata)."
         )
-    if metadata.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(
-            f"Step {step} uses checkpoint format {metadata['format_version']}; this "
-            f"jaxlearner reads format {FORMAT_VERSION} and older. Upgrade jaxlearner."
+    found = metadata.get("format_version")
+    if found != FORMAT_VERSION:
+        saved_by = metadata.get("versions", {}).get("jaxlearner", "unknown")
+        advice = (
+            "Upgrade jaxlearner."
+            if isinstance(found, int) and found > FORMAT_VERSION
+            else f"Read it with the jaxlearner release that saved it ({saved_by})."
         )
-
-
-def _fingerprint(module: Any) -> dict[str, Any]:
-    """Per section of a module's state: its leaves' paths, shapes, dtypes and their sha256."""
-    result = {}
-    for section in _MODULE_SECTIONS:
-        described = [describe_leaf(p, x) for p, x in leaves_with_paths(getattr(module, section))]
-        text = json.dumps(described, sort_keys=True)
-        result[section] = {
-            "num_leaves": len(described),
-            "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        }
-    return result
+        raise ValueError(
+            f"Step {step} in {directory} uses checkpoint format {found} (saved by jaxlearner "
+            f"{saved_by}); this jaxlearner reads format {FORMAT_VERSION} only (the state as its "
+            f"nested tree). {advice}"
+        )
 
 
 def _versions() -> dict[str, str]:
@@ -192,7 +190,7 @@ def decode_layouts(step: int, metadata: dict[str, Any]) -> dict[str, Layout]:
             raise ValueError(
                 f"Step {step} holds no JSON batch layout for module {module_id!r} (its batch is a "
                 "container other than dicts, lists and tuples), so a fresh learner cannot be "
-                "restored from it: call learner.init(key, sample_batch) first, then restore."
+                "restored from it: build the learner with sample_batch=... and restore into it."
             )
         layouts[module_id] = _decode_layout(module["batch_layout"])
     return layouts
@@ -253,9 +251,15 @@ def _jsonable(value: Any) -> Any:
 def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
     """Metrics as flat ``{"a/b": float}`` JSON values; non-finite values as ``"nan"``/``"inf"``.
 
+    The traversal of :func:`jaxlearner.loggers.flatten_metrics`, made strict for
+    saving: a value that is not a real scalar is an error rather than dropped
+    (a saved metric may rank steps, so a silently missing one would mislead),
+    two keys that flatten alike are an error, and non-finite values, which JSON
+    cannot hold, become strings.
+
     Raises:
-      TypeError: when ``metrics`` is not a mapping or a key is not a string.
-      ValueError: when a value is not a scalar, or two keys flatten alike.
+      TypeError: when ``metrics`` is not a mapping.
+      ValueError: when a value is not a real scalar, or two keys flatten alike.
 
     Example:
       >>> flatten_metrics({"policy": {"loss": 0.5}, "eval/return_mean": 2})
@@ -266,28 +270,19 @@ def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
     if not isinstance(metrics, Mapping):
         raise TypeError(f"metrics must be a mapping of scalars; got {type(metrics).__name__}.")
     flat: dict[str, float | str] = {}
-
-    def visit(prefix: str, node: Any) -> None:
-        if isinstance(node, Mapping):
-            for key, value in node.items():
-                if not isinstance(key, str):
-                    raise TypeError(f"Metric keys must be strings; got {key!r} under {prefix!r}.")
-                visit(f"{prefix}/{key}" if prefix else key, value)
-            return
+    for key, node in iter_metrics(metrics):
         value = host_value(node) if isinstance(node, jax.Array) else np.asarray(node)
         dtype = value.dtype
         real = jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating)
         if np.ndim(value) != 0 or not (real or dtype == np.bool_):
             raise ValueError(
-                f"Metric {prefix!r} must be a real scalar to be saved; got {np.shape(value)} "
+                f"Metric {key!r} must be a real scalar to be saved; got {np.shape(value)} "
                 f"{type(node).__name__}."
             )
-        if prefix in flat:
-            raise ValueError(f"Two metrics flatten to the same key {prefix!r}.")
+        if key in flat:
+            raise ValueError(f"Two metrics flatten to the same key {key!r}.")
         number = float(value)
-        flat[prefix] = number if math.isfinite(number) else str(number)
-
-    visit("", metrics)
+        flat[key] = number if math.isfinite(number) else str(number)
     return flat
 
 

@@ -14,7 +14,7 @@ import json
 import math
 import pathlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any, Protocol, final, runtime_checkable
 
 
@@ -27,18 +27,32 @@ class Writer(Protocol):
     def close(self) -> None: ...
 
 
+def iter_metrics(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Each value of nested metrics with its ``"/"``-joined key, in insertion order.
+
+    The one traversal behind :func:`flatten_metrics` (for writers, lenient) and
+    :func:`jaxlearner.checkpoint_metadata.flatten_metrics` (for JSON, strict).
+
+    Example:
+      >>> list(iter_metrics({"policy": {"loss": 0.5}, "env_steps": 10}))
+      [('policy/loss', 0.5), ('env_steps', 10)]
+    """
+    for name, value in metrics.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            yield from iter_metrics(value, key + "/")
+        else:
+            yield key, value
+
+
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     """``{"policy": {"total_loss": x}}`` -> ``{"policy/total_loss": float(x)}``.
 
     Scalars (Python numbers, numpy or JAX arrays of size 1) become floats;
-    other values are dropped.
+    other values are dropped, so a writer shows what it can of any stats.
     """
     flat: dict[str, float] = {}
-    for name, value in metrics.items():
-        key = f"{prefix}{name}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_metrics(value, key + "/"))
-            continue
+    for key, value in iter_metrics(metrics, prefix):
         try:
             flat[key] = float(value)
         except (TypeError, ValueError):

@@ -32,8 +32,7 @@ from jaxlearner.learner import Learner
 from jaxlearner.loggers import ProgressBar, Writer, flatten_metrics
 from jaxlearner.placement import DevicesLike
 from jaxlearner.state import LearnerState
-from jaxlearner.stop_conditions import AnyOf
-from jaxlearner.stop_conditions import StopCondition
+from jaxlearner.stop_conditions import AnyOf, StopCondition
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
