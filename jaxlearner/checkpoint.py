@@ -31,9 +31,11 @@ The orbax-free parts live beside it: :mod:`jaxlearner.checkpoint_options`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -110,17 +112,18 @@ class CheckpointManager:
             )
         self._options = CheckpointOptions(**options)
         self._directory = _resolve_directory(directory)
-        self._manager = ocp.CheckpointManager(
-            self._directory,
-            options=_orbax_options(self._options),
-            item_handlers={
-                # PyTree rather than Standard (same files): its restore can skip leaves, to
-                # find the one a failed read could not read.
-                _STATE_ITEM: ocp.PyTreeCheckpointHandler(),
-                _META_ITEM: ocp.JsonCheckpointHandler(),
-                _EXTRA_ITEM: ocp.StandardCheckpointHandler(),
-            },
-        )
+        with _without_read_only_notices():
+            self._manager = ocp.CheckpointManager(
+                self._directory,
+                options=_orbax_options(self._options),
+                item_handlers={
+                    # PyTree rather than Standard (same files): its restore can skip leaves,
+                    # to find the one a failed read could not read.
+                    _STATE_ITEM: ocp.PyTreeCheckpointHandler(),
+                    _META_ITEM: ocp.JsonCheckpointHandler(),
+                    _EXTRA_ITEM: ocp.StandardCheckpointHandler(),
+                },
+            )
 
     @property
     def directory(self) -> str:
@@ -529,6 +532,31 @@ def restore(
         return learner, manager.restore(learner, step)
     finally:
         manager.close()
+
+
+_READ_ONLY_NOTICES = (
+    "CheckpointManagerOptions.read_only=True",
+    "Given directory is read only",
+)
+
+
+@contextlib.contextmanager
+def _without_read_only_notices() -> Iterator[None]:
+    """Drops the two warnings orbax logs for every read-only manager (what was asked for).
+
+    ``jl.restore`` and ``jaxlearner eval`` open managers read-only; the notices told users
+    nothing and looked like problems. Other orbax warnings pass through.
+    """
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_READ_ONLY_NOTICES)
+
+    logger = logging.getLogger("absl")
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _check_learner(learner: object) -> None:
