@@ -36,10 +36,13 @@ def test_all_devices_block_runs(quickstart):
     assert int(namespace["single"].updates) == 13
 
 
-def test_checkpoints_block_runs(quickstart, tmp_path):
-    source = _block("checkpoints").replace("/tmp/readme-run", str(tmp_path / "run"))
-    exec(compile(source, "README checkpoints", "exec"), quickstart)
+def test_checkpoints_block_runs_and_runs_again(quickstart):
+    source = compile(_block("checkpoints"), "README checkpoints", "exec")
+    exec(source, quickstart)
     assert int(quickstart["state"].updates) == 11
+    first = quickstart["run_dir"]
+    exec(source, quickstart)  # pasted twice in one session: a new folder, no step clash
+    assert int(quickstart["state"].updates) == 12 and quickstart["run_dir"] != first
 
 
 def test_many_seeds_block_runs(tmp_path, monkeypatch):
