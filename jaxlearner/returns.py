@@ -114,6 +114,143 @@ def gae(
     return advantages, targets
 
 
+class VTraceOutput(NamedTuple):
+    """V-trace's value targets and policy-gradient advantages.
+
+    Attributes:
+      vs: ``[T, B]`` V-trace value targets ``v_s``, the regression targets of
+        the critic.
+      pg_advantages: ``[T, B]``
+        ``min(clip_pg_rho_threshold, rho_s) * (q_s - v_tm1[s])``, the
+        advantages of the actor's policy-gradient loss.
+    """
+
+    vs: jax.Array
+    pg_advantages: jax.Array
+
+
+def vtrace(
+    v_tm1: ArrayLike,
+    v_t: ArrayLike,
+    r_t: ArrayLike,
+    discount_t: ArrayLike,
+    log_rhos: ArrayLike,
+    truncated: ArrayLike | None = None,
+    lambda_: ArrayLike = 1.0,
+    clip_rho_threshold: ArrayLike | None = 1.0,
+    clip_pg_rho_threshold: ArrayLike | None = 1.0,
+    stop_target_gradients: bool = True,
+) -> VTraceOutput:
+    """V-trace off-policy value targets and advantages (Espeholt et al. 2018, https://arxiv.org/abs/1802.01561).
+
+    For actions drawn by a behaviour policy ``mu`` and a learner policy
+    ``pi``, with ``rho_s = exp(log_rhos[s]) = pi(a_s|x_s) / mu(a_s|x_s)``,
+    the clipped ratios ``rho_bar_s = min(clip_rho_threshold, rho_s)`` and
+    ``c_s = lambda_ * min(1, rho_s)`` (IMPALA's ``c_bar = 1``; ``lambda_`` as
+    in rlax), computed backwards in time by a reverse ``lax.scan``::
+
+        delta[s] = rho_bar_s * (r_t[s] + discount_t[s] * v_t[s] - v_tm1[s])
+        vs[s]    = v_tm1[s] + delta[s]
+                   + discount_t[s] * c_s * (1 - truncated[s]) * (vs[s + 1] - v_tm1[s + 1])
+
+    with the trace cut at the last row. This is the paper's equation (1),
+    ``vs[s] = V(x_s) + sum_t discount^(t - s) (prod_{i<t} c_i) delta[t]``.
+    The policy-gradient advantage bootstraps on the next target::
+
+        q[s] = r_t[s] + discount_t[s] * (lambda_ * vs[s + 1] + (1 - lambda_) * v_tm1[s + 1])
+        pg_advantages[s] = min(clip_pg_rho_threshold, rho_s) * (q[s] - v_tm1[s])
+
+    where a truncated row and the last row use ``v_t[s]`` in place of the
+    bracket. Episode ends follow :func:`gae`: a termination is
+    ``discount_t[s] = 0`` (no bootstrap, no trace through it); a truncation
+    bootstraps on the final observation's value ``v_t[s]`` and cuts the
+    trace. On-policy (``log_rhos = 0``) ``vs`` and ``pg_advantages`` are
+    :func:`gae`'s targets and advantages with the same ``lambda_``.
+
+    Args:
+      v_tm1: ``[T, B]`` values ``V(x_s)`` of the observations the actions were
+        taken in.
+      v_t: ``[T, B]`` values of the next observations (of the final
+        observation at a truncation; anything finite at a termination). Inside
+        an episode ``v_t[s]`` is ``v_tm1[s + 1]``; the last row is the
+        bootstrap value.
+      r_t: ``[T, B]`` rewards.
+      discount_t: ``[T, B]`` discounts, ``gamma * (1 - terminated)``.
+      log_rhos: ``[T, B]`` log importance ratios ``log pi(a|x) - log mu(a|x)``
+        of the actions taken.
+      truncated: ``[T, B]`` bool (or 0/1) truncation flags, or ``None`` for no
+        truncations.
+      lambda_: trace coefficient in ``[0, 1]``, a scalar (may be traced).
+      clip_rho_threshold: ``rho_bar``, a positive scalar (may be traced), or
+        ``None`` for no clipping of ``rho`` in ``delta``.
+      clip_pg_rho_threshold: the clip of ``rho`` in the advantages, a positive
+        scalar (may be traced) or ``None``.
+      stop_target_gradients: wrap both outputs in ``lax.stop_gradient``, as
+        IMPALA's reference does (rlax stops the targets and leaves the
+        advantages to its policy-gradient loss); so no loss sends gradients
+        through the targets into the critic or the importance ratios.
+
+    Returns:
+      A :class:`VTraceOutput` of ``[T, B]`` arrays in the dtype of the inputs
+      (at least float32).
+
+    Raises:
+      ValueError: when the inputs' shapes differ or are scalars, when a
+        coefficient is not a scalar, when a Python or NumPy ``lambda_`` lies
+        outside ``[0, 1]``, or a Python or NumPy clip threshold is not positive
+        (JAX arrays are not checked).
+
+    Example:
+      >>> v = jnp.zeros((2, 1)); r = jnp.ones((2, 1)); discount = jnp.full((2, 1), 0.5)
+      >>> log_rhos = jnp.log(jnp.asarray([[2.0], [0.5]]))   # rho_bar = c = [1, 0.5]
+      >>> out = vtrace(v, v, r, discount, log_rhos)
+      >>> out.vs[:, 0].tolist()              # [1 + 0.5 * 1 * 0.5, 0.5 * 1]
+      [1.25, 0.5]
+      >>> out.pg_advantages[:, 0].tolist()   # [1 * (1 + 0.5 * 0.5), 0.5 * 1]
+      [1.25, 0.5]
+    """
+    v_tm1, v_t, r_t = (jnp.asarray(x) for x in (v_tm1, v_t, r_t))
+    discount_t, log_rhos = jnp.asarray(discount_t), jnp.asarray(log_rhos)
+    truncated = jnp.zeros(v_tm1.shape, bool) if truncated is None else jnp.asarray(truncated)
+    _check_shapes(
+        "vtrace",
+        v_tm1=v_tm1,
+        v_t=v_t,
+        r_t=r_t,
+        discount_t=discount_t,
+        log_rhos=log_rhos,
+        truncated=truncated,
+    )
+    _check_fraction("vtrace", lambda_=lambda_)
+    _check_threshold(
+        "vtrace", clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold
+    )
+    dtype = jnp.result_type(v_tm1, v_t, r_t, discount_t, log_rhos, jnp.float32)
+    v_tm1, v_t, r_t, discount_t = (x.astype(dtype) for x in (v_tm1, v_t, r_t, discount_t))
+    lambda_ = jnp.asarray(lambda_, dtype)
+    rhos = jnp.exp(log_rhos.astype(dtype))
+    # The trace continues into row s + 1 unless row s is truncated or is the last row.
+    continues = 1.0 - truncated.astype(bool).astype(dtype)
+    continues = continues.at[-1].set(0.0)
+    deltas = _clip(rhos, clip_rho_threshold) * (r_t + discount_t * v_t - v_tm1)
+    traces = discount_t * lambda_ * jnp.minimum(1.0, rhos) * continues
+
+    def backward(next_error: jax.Array, step: tuple[jax.Array, jax.Array]) -> tuple:
+        delta, trace = step
+        error = delta + trace * next_error
+        return error, error
+
+    _, errors = jax.lax.scan(backward, jnp.zeros_like(deltas[0]), (deltas, traces), reverse=True)
+    vs = errors + v_tm1
+    next_vs, next_values = (jnp.concatenate([x[1:], v_t[-1:]]) for x in (vs, v_tm1))
+    bootstrap = jnp.where(continues > 0, lambda_ * next_vs + (1.0 - lambda_) * next_values, v_t)
+    q = r_t + discount_t * bootstrap
+    pg_advantages = _clip(rhos, clip_pg_rho_threshold) * (q - v_tm1)
+    if stop_target_gradients:
+        return VTraceOutput(jax.lax.stop_gradient(vs), jax.lax.stop_gradient(pg_advantages))
+    return VTraceOutput(vs, pg_advantages)
+
+
 class NStepRewards(NamedTuple):
     """Discounted reward sums of n-step transitions and how to bootstrap them.
 
@@ -276,3 +413,22 @@ def _check_fraction(name: str, **values: ArrayLike) -> None:
             raise ValueError(f"{name}: {key} must be a scalar; got shape {jnp.shape(value)}.")
         if isinstance(value, int | float | np.number | np.ndarray) and not 0 <= value <= 1:
             raise ValueError(f"{name}: {key} must lie in [0, 1]; got {value!r}.")
+
+
+def _check_threshold(name: str, **values: ArrayLike | None) -> None:
+    """Clip thresholds: ``None`` or scalars, positive when Python or NumPy."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        if jnp.ndim(value) != 0:
+            raise ValueError(
+                f"{name}: {key} must be a scalar or None; got shape {jnp.shape(value)}."
+            )
+        if isinstance(value, int | float | np.number | np.ndarray) and not value > 0:
+            raise ValueError(
+                f"{name}: {key} must be positive (or None for no clipping); got {value!r}."
+            )
+
+
+def _clip(rhos: jax.Array, threshold: ArrayLike | None) -> jax.Array:
+    return rhos if threshold is None else jnp.minimum(jnp.asarray(threshold, rhos.dtype), rhos)
