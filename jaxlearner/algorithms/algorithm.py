@@ -33,6 +33,9 @@ Experience: TypeAlias = Mapping[str, jax.Array]
 ``terminated``, ``truncated``, ``next_obs``, ``valid`` and the act function's
 extras."""
 
+PostprocessFn: TypeAlias = Callable[[ModuleState, Experience], Batch]
+"""``postprocess(module_state, experience [T, N, ...]) -> batch [T * N, ...]``, pure."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
