@@ -3,7 +3,9 @@
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
 ...) in the one recipe registry (:mod:`jaxlearner.registry`), which makes its
-learner, its algorithm, or the algorithm around an existing learner.
+learner, its algorithm, or the algorithm around an existing learner. An
+algorithm is of one of two kinds: an :class:`OnPolicyAlgorithm` (PPO) or an
+:class:`OffPolicyAlgorithm` (DQN, SAC); :data:`Algorithm` is either.
 
 The shorthand ``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the
 :class:`~jaxlearner.Learner`; :func:`build` returns the whole algorithm. A
@@ -29,7 +31,7 @@ import gymnasium
 from jaxlearner.algorithms import dqn as _dqn
 from jaxlearner.algorithms import ppo as _ppo
 from jaxlearner.algorithms import sac as _sac
-from jaxlearner.algorithms.algorithm import Algorithm
+from jaxlearner.algorithms.algorithm import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
@@ -108,6 +110,8 @@ __all__ = [
     "Algorithm",
     "BuiltinAlgorithm",
     "DQNConfig",
+    "OffPolicyAlgorithm",
+    "OnPolicyAlgorithm",
     "PPOConfig",
     "SACConfig",
     "algorithm_for",

@@ -63,7 +63,7 @@ Design decisions:
   one polyak step ``target <- tau * params + (1 - tau) * target``, RLlib's
   ``sync_target_networks(tau)`` at that frequency. Use
   ``target_network_update_freq=1`` for a polyak step after every update.
-* **Training intensity**: ``Algorithm.updates_per_step`` is
+* **Training intensity**: ``OffPolicyAlgorithm.updates_per_step`` is
   ``training_intensity / train_batch_size``; ``None`` means one update per env
   step, RLlib's natural ratio for one environment.
 * **Rollouts** are ``rollout_fragment_length`` steps per sub-environment per
@@ -81,7 +81,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlearner.additional_updates import AdditionalUpdate, periodic_copy
-from jaxlearner.algorithms.algorithm import ActFn, Algorithm, Experience
+from jaxlearner.algorithms.algorithm import ActFn, Experience, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -317,7 +317,9 @@ def _module_spec(model: Model, config: DQNConfig) -> ModuleSpec:
     )
 
 
-def make_algorithm(learner: Learner, action_space: gymnasium.Space, config: DQNConfig) -> Algorithm:
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: DQNConfig
+) -> OffPolicyAlgorithm:
     """DQN around ``learner`` (one of :func:`make_learner`): epsilon-greedy, transitions.
 
     The act functions apply the learner's own model
@@ -329,14 +331,13 @@ def make_algorithm(learner: Learner, action_space: gymnasium.Space, config: DQNC
     def transitions(experience: Experience) -> Batch:
         return replay_transitions(experience, config.n_step, config.gamma, jnp.int32)
 
-    return Algorithm(
+    return OffPolicyAlgorithm(
         name="dqn",
         module_id=MODULE_ID,
         learner=learner,
         config=config,
         explore=explore,
         exploit=exploit,
-        on_policy=False,
         rollout_steps=lambda num_envs: config.rollout_fragment_length,
         transitions=transitions,
         replay_capacity=config.replay_buffer_capacity,
@@ -383,8 +384,8 @@ def build(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
     config: DQNConfig | dict[str, Any] | None = None,
-) -> Algorithm:
-    """DQN's :class:`~jaxlearner.algorithms.Algorithm` (learner, epsilon-greedy,
+) -> OffPolicyAlgorithm:
+    """DQN's :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (learner, epsilon-greedy,
     transitions).
 
     Args:

@@ -48,7 +48,7 @@ import numpy as np
 import optax
 
 from jaxlearner.additional_updates import adaptive_kl_coeff
-from jaxlearner.algorithms.algorithm import Algorithm, Experience, PostprocessFn
+from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -231,7 +231,9 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig
     )
 
 
-def make_algorithm(learner: Learner, action_space: gymnasium.Space, config: PPOConfig) -> Algorithm:
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: PPOConfig
+) -> OnPolicyAlgorithm:
     """PPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
 
     They apply the learner's own model (``learner.specs["default_policy"].model``);
@@ -239,14 +241,13 @@ def make_algorithm(learner: Learner, action_space: gymnasium.Space, config: PPOC
     """
     model = learner.specs[MODULE_ID].model
     act = _act(model, distribution_for(action_space), bounds(action_space))
-    return Algorithm(
+    return OnPolicyAlgorithm(
         name="ppo",
         module_id=MODULE_ID,
         learner=learner,
         config=config,
         explore=lambda module, obs, key: act(module, obs, key, False),
         exploit=lambda module, obs, key: act(module, obs, key, True),
-        on_policy=True,
         rollout_steps=functools.partial(_rollout_steps, config.train_batch_size),
         postprocess=_postprocess(model, config),
     )
@@ -326,8 +327,8 @@ def build(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
     config: PPOConfig | dict[str, Any] | None = None,
-) -> Algorithm:
-    """PPO's :class:`~jaxlearner.algorithms.Algorithm` (learner, act and postprocess).
+) -> OnPolicyAlgorithm:
+    """PPO's :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (learner, act and postprocess).
 
     Args:
       observation_space: one environment's observation space.

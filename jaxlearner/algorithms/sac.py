@@ -81,7 +81,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlearner.additional_updates import AdditionalUpdate
-from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -437,7 +437,9 @@ def _module_spec(
     )
 
 
-def make_algorithm(learner: Learner, action_space: gymnasium.Space, config: SACConfig) -> Algorithm:
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: SACConfig
+) -> OffPolicyAlgorithm:
     """SAC around ``learner`` (one of :func:`make_learner`): act functions, transitions.
 
     The act functions apply the learner's own networks
@@ -451,14 +453,13 @@ def make_algorithm(learner: Learner, action_space: gymnasium.Space, config: SACC
     def transitions(experience: Experience) -> Batch:
         return replay_transitions(experience, config.n_step, config.gamma, action_dtype)
 
-    return Algorithm(
+    return OffPolicyAlgorithm(
         name="sac",
         module_id=MODULE_ID,
         learner=learner,
         config=config,
         explore=lambda module, obs, key: act(module, obs, key, False),
         exploit=lambda module, obs, key: act(module, obs, key, True),
-        on_policy=False,
         rollout_steps=lambda num_envs: config.rollout_fragment_length,
         transitions=transitions,
         replay_capacity=config.replay_buffer_capacity,
@@ -491,8 +492,8 @@ def build(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
     config: SACConfig | dict[str, Any] | None = None,
-) -> Algorithm:
-    """SAC's :class:`~jaxlearner.algorithms.Algorithm` (learner, act functions,
+) -> OffPolicyAlgorithm:
+    """SAC's :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (learner, act functions,
     transitions).
 
     Args:
