@@ -8,7 +8,7 @@ one XLA program, and a whole training run becomes a pure function
 independent agents (seeds, hyperparameters) trained in one call; see
 :mod:`jaxlearner.sweeps` for the helpers that do so over devices.
 
-One training iteration, for a built-in :class:`~jaxlearner.algorithms.Algorithm`
+One training iteration, for a built-in :data:`~jaxlearner.algorithms.Algorithm`
 and an :class:`~jaxlearner.envs.Environment`:
 
 1. a rollout: ``algorithm.rollout_steps(num_envs)`` steps of ``num_envs``
