@@ -69,7 +69,10 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
       name: the algorithm name, as in ``recipe["algorithm"]``.
       builder: ``builder(recipe) -> jl.Learner``. It gets a fresh copy of the
         whole recipe and should return a learner carrying the same recipe, so
-        its checkpoints can be restored in turn.
+        its checkpoints can be restored in turn. An :class:`AlgorithmRecipe`
+        (as the built-in algorithms register) also serves
+        ``jl.algorithms.build``, ``jl.algorithms.algorithm_for`` and the
+        :class:`~jaxlearner.Trainer`.
       replace: allow replacing a builder registered earlier under ``name``.
 
     Raises:
