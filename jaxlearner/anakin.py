@@ -8,18 +8,20 @@ one XLA program, and a whole training run becomes a pure function
 independent agents (seeds, hyperparameters) trained in one call; see
 :mod:`jaxlearner.sweeps` for the helpers that do so over devices.
 
-One training iteration, for a built-in :class:`~jaxlearner.algorithms.Algorithm`
+One training iteration, for a built-in :data:`~jaxlearner.algorithms.Algorithm`
 and an :class:`~jaxlearner.envs.Environment`:
 
 1. a rollout: ``algorithm.rollout_steps(num_envs)`` steps of ``num_envs``
    vmapped environments with ``algorithm.explore``, as a ``lax.scan``;
-2. on-policy (PPO): ``algorithm.postprocess`` and one learner ``update``;
-   off-policy (DQN, SAC): the rollout's ``algorithm.transitions`` go into a
-   device replay buffer, then ``updates_per_step x`` (steps collected)
-   updates on batches sampled from it, as a ``lax.scan``. Before the first
-   iteration, the iterations in which the :class:`~jaxlearner.Trainer` would
-   only collect (fewer than ``learning_starts`` env steps so far) run in
-   ``init``;
+2. an :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (PPO):
+   ``algorithm.postprocess`` and one learner ``update``; an
+   :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (DQN, SAC): the
+   rollout's ``algorithm.transitions`` go into a device replay buffer, then
+   ``updates_per_step x`` (steps collected) updates on batches sampled from it
+   (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`, the
+   :class:`~jaxlearner.Trainer`'s loop too). Before the first iteration, the
+   iterations in which the Trainer would only collect (fewer than
+   ``learning_starts`` env steps so far) run in ``init``;
 3. every ``eval_interval`` iterations a deterministic evaluation with
    ``algorithm.exploit``: the first episode of each of ``eval_envs`` fresh
    environments.
@@ -32,7 +34,6 @@ the evaluation come from :mod:`jaxlearner.rollouts`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
@@ -41,12 +42,18 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxlearner import replay_buffer
-from jaxlearner.algorithms.algorithm import Algorithm
+from jaxlearner.algorithms import off_policy
+from jaxlearner.algorithms.algorithm import (
+    Algorithm,
+    Experience,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+)
 from jaxlearner.envs.environment import Environment, EnvState
 from jaxlearner.hyperparams import check_constant, with_hyperparams
 from jaxlearner.rollouts import EvaluateFn, RolloutFn, make_evaluate, make_rollout
-from jaxlearner.spaces import space_to_json
-from jaxlearner.state import LearnerState
+from jaxlearner.spaces import check_recipe_spaces
+from jaxlearner.state import LearnerState, ModuleState
 
 Metrics: TypeAlias = dict[str, jax.Array]
 """Flat ``{name: array}``; see :func:`make_anakin` for the names and shapes."""
@@ -222,9 +229,9 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
     num_envs = config.num_envs
     rollout_steps = algorithm.rollout_steps(num_envs)
     steps_per_iteration = rollout_steps * num_envs
-    updates = _updates_per_iteration(algorithm, steps_per_iteration)
     rollout = make_rollout(algorithm, env, num_envs, rollout_steps)
     evaluate = make_evaluate(algorithm, env, config.eval_envs)
+    learn, prepare = _learning(algorithm, rollout, steps_per_iteration)
     interval = config.eval_interval or config.num_iterations
     init_learner = one_agent_at_a_time(learner.init)
 
@@ -243,11 +250,9 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((), jnp.int32),
         )
-        if algorithm.on_policy:
-            return state
-        return _warm_up(algorithm, rollout, state, steps_per_iteration)
+        return prepare(state)
 
-    iterate = _make_iterate(algorithm, rollout, steps_per_iteration, updates)
+    iterate = _make_iterate(module_id, rollout, learn, steps_per_iteration)
 
     def evaluate_block(state: AnakinState, _: None) -> tuple[AnakinState, tuple[Metrics, Metrics]]:
         state, metrics = jax.lax.scan(iterate, state, None, length=interval)
@@ -273,12 +278,64 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
     return Anakin(init=init, run=run, evaluate=evaluate, train=train)
 
 
+Buffer: TypeAlias = replay_buffer.ReplayBuffer | None
+"""An off-policy run's replay buffer; ``None`` on-policy."""
+
+LearnFn: TypeAlias = Callable[
+    [LearnerState, Buffer, ModuleState, Experience, jax.Array, jax.Array],
+    tuple[LearnerState, Buffer, Any],
+]
+"""``learn(learner_state, buffer, module_state, experience, key, env_steps) ->
+(learner_state, buffer, learner_metrics)``: an iteration's learning after its rollout."""
+
+
+def _learning(
+    algorithm: Algorithm, rollout: RolloutFn, steps_per_iteration: int
+) -> tuple[LearnFn, Callable[[AnakinState], AnakinState]]:
+    """What the algorithm's kind adds: the iteration's learning, and the end of ``init``."""
+    match algorithm:
+        case OnPolicyAlgorithm():
+            return _on_policy_learn(algorithm), lambda state: state
+        case OffPolicyAlgorithm():
+            updates = off_policy.updates_per_iteration(algorithm, steps_per_iteration)
+            return _replay_learn(algorithm, updates), lambda state: _warm_up(
+                algorithm, rollout, state, steps_per_iteration
+            )
+
+
+def _on_policy_learn(algorithm: OnPolicyAlgorithm) -> LearnFn:
+    """Postprocess the rollout, then one learner update on it."""
+    module_id, update_fn = algorithm.module_id, algorithm.learner.update_fn
+
+    def learn(learner_state, buffer, module, experience, key, env_steps):
+        del key
+        batch = algorithm.postprocess(module, experience)
+        learner_state, metrics = update_fn(
+            learner_state, {module_id: batch}, {module_id: env_steps}
+        )
+        return learner_state, buffer, metrics
+
+    return learn
+
+
+def _replay_learn(algorithm: OffPolicyAlgorithm, updates: int) -> LearnFn:
+    """Add the rollout's transitions to the buffer, then ``updates`` updates sampled from it."""
+    replay_updates = off_policy.make_replay_updates(algorithm)
+
+    def learn(learner_state, buffer, module, experience, key, env_steps):
+        del module
+        buffer = replay_buffer.add(buffer, algorithm.transitions(experience))
+        keys = jax.random.split(key, updates)
+        learner_state, metrics = replay_updates(learner_state, buffer, keys, env_steps)
+        return learner_state, buffer, metrics
+
+    return learn
+
+
 def _make_iterate(
-    algorithm: Algorithm, rollout: RolloutFn, steps_per_iteration: int, updates: int
+    module_id: str, rollout: RolloutFn, learn: LearnFn, steps_per_iteration: int
 ) -> Callable[[AnakinState, None], tuple[AnakinState, Metrics]]:
-    """One training iteration as a ``lax.scan`` body: a rollout, then the learner's updates."""
-    module_id = algorithm.module_id
-    update_fn = algorithm.learner.update_fn
+    """One training iteration as a ``lax.scan`` body: a rollout, then the learning."""
 
     def iterate(state: AnakinState, _: None) -> tuple[AnakinState, Metrics]:
         key, rollout_key, update_key = jax.random.split(state.key, 3)
@@ -287,28 +344,9 @@ def _make_iterate(
             module, state.env_states, state.obs, rollout_key
         )
         steps = jnp.int32(steps_per_iteration)
-        buffer = state.buffer
-        if algorithm.on_policy:
-            batch = algorithm.postprocess(module, experience)
-            learner_state, learner_metrics = update_fn(
-                state.learner, {module_id: batch}, {module_id: steps}
-            )
-        else:
-            buffer = replay_buffer.add(buffer, algorithm.transitions(experience))
-
-            def replay_update(learner_state: LearnerState, inputs: tuple[jax.Array, jax.Array]):
-                index, sample_key = inputs
-                batch = replay_buffer.sample(buffer, sample_key, algorithm.train_batch_size)
-                # The iteration's env steps count once, on its first update (as the Trainer).
-                counted = jnp.where(index == 0, steps, 0).astype(jnp.int32)
-                return update_fn(learner_state, {module_id: batch}, {module_id: counted})
-
-            learner_state, stacked = jax.lax.scan(
-                replay_update,
-                state.learner,
-                (jnp.arange(updates), jax.random.split(update_key, updates)),
-            )
-            learner_metrics = jax.tree.map(lambda x: x[-1], stacked)
+        learner_state, buffer, learner_metrics = learn(
+            state.learner, state.buffer, module, experience, update_key, steps
+        )
         state = state.replace(
             learner=learner_state,
             env_states=env_states,
@@ -356,13 +394,14 @@ def one_agent_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array],
 
 
 def _warm_up(
-    algorithm: Algorithm, rollout: RolloutFn, state: AnakinState, steps: int
+    algorithm: OffPolicyAlgorithm, rollout: RolloutFn, state: AnakinState, steps: int
 ) -> AnakinState:
     """A fresh replay buffer, filled by the iterations that would not update yet.
 
     The :class:`~jaxlearner.Trainer` updates in an iteration once its env
-    steps so far reach ``learning_starts``; the iterations before that only
-    collect, and run here.
+    steps so far reach ``learning_starts``
+    (:func:`~jaxlearner.algorithms.off_policy.updates_due`); the iterations
+    before that only collect, and run here.
     """
     module = state.learner.modules[algorithm.module_id]
     example = jax.eval_shape(
@@ -370,7 +409,7 @@ def _warm_up(
     )
     example = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), example)
     buffer = replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
-    warmup = max(math.ceil(algorithm.learning_starts / steps), 1) - 1
+    warmup = off_policy.warmup_iterations(algorithm, steps)
 
     def collect(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
         env_states, obs, buffer = carry
@@ -390,32 +429,11 @@ def _warm_up(
     )
 
 
-def _updates_per_iteration(algorithm: Algorithm, steps: int) -> int:
-    """Off-policy: the static number of updates per iteration; on-policy: 1."""
-    if algorithm.on_policy:
-        return 1
-    exact = algorithm.updates_per_step * steps
-    count = round(exact)
-    if count < 1 or not math.isclose(exact, count, rel_tol=1e-6):
-        raise ValueError(
-            f"Anakin runs a static number of updates per iteration: {algorithm.name}'s "
-            f"updates_per_step ({algorithm.updates_per_step}) x {steps} env steps per iteration "
-            f"is {exact:g}, not a positive whole number. Change num_envs, the rollout length or "
-            "the training intensity so that it is."
-        )
-    if steps > algorithm.replay_capacity:
-        raise ValueError(
-            f"An iteration collects {steps} transitions, more than the replay capacity "
-            f"({algorithm.replay_capacity})."
-        )
-    return count
-
-
 def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) -> None:
     if not isinstance(algorithm, Algorithm):
         raise TypeError(
-            "make_anakin needs a jl.algorithms.Algorithm (jl.algorithms.build(...)); got "
-            f"{type(algorithm).__name__}."
+            "make_anakin needs a jl.algorithms.OnPolicyAlgorithm or OffPolicyAlgorithm "
+            f"(jl.algorithms.build(...)); got {type(algorithm).__name__}."
         )
     if not isinstance(env, Environment):
         raise TypeError(
@@ -424,14 +442,7 @@ def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) 
         )
     if not isinstance(config, AnakinConfig):
         raise TypeError(f"make_anakin needs an AnakinConfig; got {type(config).__name__}.")
-    recipe = algorithm.learner.recipe or {}
-    for name in ("observation_space", "action_space"):
-        space = getattr(env, name)
-        if name in recipe and space_to_json(space) != recipe[name]:
-            raise ValueError(
-                f"The environment's {name} {space} differs from the one the algorithm was built "
-                f"for ({recipe[name]}); build it from this environment's spaces."
-            )
+    check_recipe_spaces(algorithm.learner.recipe, env.observation_space, env.action_space)
 
 
 def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> Metrics:

@@ -182,9 +182,9 @@ def _positive_int(text: str) -> int:
 
 
 def _algorithm_names() -> list[str]:
-    from jaxlearner import algorithms
+    from jaxlearner.registry import algorithm_names
 
-    return sorted(algorithms.BUILDERS)
+    return list(algorithm_names())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -210,18 +210,19 @@ def _train(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import jaxlearner as jl
-    from jaxlearner import algorithms
     from jaxlearner.algorithms.config import parse_overrides
+    from jaxlearner.registry import algorithm_recipe
 
     name = args.algorithm
-    if name not in algorithms.BUILDERS:
+    if name not in _algorithm_names():
         raise _UsageError(f"unknown algorithm {name!r}; choose one of {_algorithm_names()}")
+    recipe = algorithm_recipe(name)
     defaults = DEFAULTS.get(name)
     env_id = args.env or (defaults.env if defaults else None)
     if env_id is None:
         raise _UsageError(f"{name} has no default environment; pass --env")
     try:
-        overrides = parse_overrides(algorithms.CONFIGS[name], args.config)
+        overrides = parse_overrides(recipe.config_type, args.config)
     except ValueError as error:
         raise _UsageError(str(error)) from None
     same_env = defaults is not None and env_id == defaults.env
@@ -231,7 +232,7 @@ def _train(args: argparse.Namespace) -> int:
     except gym.error.Error as error:
         raise _UsageError(str(error)) from None
     try:
-        algorithm = algorithms.build(name, env.observation_space, env.action_space, config)
+        algorithm = recipe.build(env.observation_space, env.action_space, config)
     except (TypeError, ValueError) as error:
         raise _UsageError(str(error)) from None
     env.close()

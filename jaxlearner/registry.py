@@ -1,28 +1,63 @@
-"""Recipes: rebuilding a learner from the JSON description saved in its checkpoints.
+"""Recipes: the one registry of algorithms and of the learners saved in checkpoints.
 
-A built-in algorithm builds its learner with ``Learner(..., recipe={"algorithm":
-name, ...})``, a JSON-serialisable description of everything needed to build it
-again (hyperparameters, layer sizes, ...; no functions). The checkpoint module
+A learner may carry a recipe, ``Learner(..., recipe={"algorithm": name, ...})``:
+a JSON-serialisable description of everything needed to build it again
+(hyperparameters, layer sizes, ...; no functions). The checkpoint module
 saves that description beside the arrays, and :func:`jaxlearner.restore`
 rebuilds the learner through the builder registered under ``name`` before it
 restores the state, so a checkpoint can be evaluated without the training
 script.
 
-Builders are plain functions ``recipe -> Learner`` registered once, usually
-when the algorithm's module is imported.
+The registry maps each name to a builder ``recipe -> Learner``, registered
+once. Your own recipes are plain functions (:func:`register_recipe`). The
+built-in algorithms (PPO, DQN, SAC) register an :class:`AlgorithmRecipe`: a
+builder that also knows its config type, how to build the whole
+:data:`~jaxlearner.algorithms.Algorithm` from two spaces and a config, and how
+to wrap an existing learner in its algorithm. ``jl.algorithms.build``,
+``jl.algorithms.algorithm_for``, the :class:`~jaxlearner.Trainer` and the
+command line find them here (:func:`algorithm_recipe`, :func:`algorithm_names`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.learner import Learner
 
 RecipeBuilder: TypeAlias = Callable[[dict[str, Any]], Learner]
 """``builder(recipe) -> Learner``; ``recipe`` is the whole dict, ``"algorithm"`` included."""
+
+
+@runtime_checkable
+class AlgorithmRecipe(Protocol):
+    """A recipe builder that also builds an algorithm: what the built-in algorithms register.
+
+    :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` is the built-in
+    one. (The registry imports no algorithm, so algorithms are typed ``Any`` here.)
+
+    Attributes:
+      name: the algorithm's name, as in ``recipe["algorithm"]``.
+      config_type: its typed config class (the command line parses overrides with it).
+    """
+
+    name: str
+    config_type: type
+
+    def __call__(self, recipe: dict[str, Any]) -> Learner:
+        """The learner a recipe describes."""
+        ...
+
+    def build(self, observation_space: Any, action_space: Any, config: Any = None) -> Any:
+        """A fresh learner for two spaces and a config, and the algorithm around it."""
+        ...
+
+    def algorithm_for(self, learner: Learner) -> Any:
+        """The algorithm around an existing learner of this algorithm (no new model)."""
+        ...
+
 
 _BUILDERS: dict[str, RecipeBuilder] = {}
 
@@ -34,7 +69,10 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
       name: the algorithm name, as in ``recipe["algorithm"]``.
       builder: ``builder(recipe) -> jl.Learner``. It gets a fresh copy of the
         whole recipe and should return a learner carrying the same recipe, so
-        its checkpoints can be restored in turn.
+        its checkpoints can be restored in turn. An :class:`AlgorithmRecipe`
+        (as the built-in algorithms register) also serves
+        ``jl.algorithms.build``, ``jl.algorithms.algorithm_for`` and the
+        :class:`~jaxlearner.Trainer`.
       replace: allow replacing a builder registered earlier under ``name``.
 
     Raises:
@@ -66,13 +104,52 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
 
 
 def registered_recipes() -> tuple[str, ...]:
-    """The registered algorithm names, sorted.
+    """The registered algorithm names, sorted, the built-in algorithms included.
 
     Example:
       >>> "regression" in jl.registered_recipes()                     # doctest: +SKIP
       True
     """
+    _register_builtins()
     return tuple(sorted(_BUILDERS))
+
+
+def algorithm_names() -> tuple[str, ...]:
+    """The names registered with an :class:`AlgorithmRecipe` (``"dqn"``, ``"ppo"``, ...), sorted.
+
+    Example:
+      >>> jl.registry.algorithm_names()                               # doctest: +SKIP
+      ('dqn', 'ppo', 'sac')
+    """
+    _register_builtins()
+    return tuple(sorted(n for n, b in _BUILDERS.items() if isinstance(b, AlgorithmRecipe)))
+
+
+def algorithm_recipe(name: str) -> AlgorithmRecipe:
+    """The :class:`AlgorithmRecipe` registered under ``name``.
+
+    Raises:
+      ValueError: when ``name`` is not registered, or registered with a plain
+        builder that makes learners only; the algorithm names are listed.
+
+    Example:
+      >>> recipe = jl.registry.algorithm_recipe("ppo")                 # doctest: +SKIP
+      >>> algorithm = recipe.build(env.observation_space, env.action_space)  # doctest: +SKIP
+    """
+    _register_builtins()
+    builder = _BUILDERS.get(name)
+    if not isinstance(builder, AlgorithmRecipe):
+        plain = " (its recipe builder makes learners only)" if builder is not None else ""
+        raise ValueError(
+            f"Unknown algorithm {name!r}{plain}; built-in algorithms: {list(algorithm_names())}."
+        )
+    return builder
+
+
+def _register_builtins() -> None:
+    # A lazy import: the built-in algorithms register themselves when imported, and the
+    # registry must not depend on them (nor on gymnasium) at import time.
+    import jaxlearner.algorithms  # noqa: F401
 
 
 def learner_from_recipe(recipe: Mapping[str, Any]) -> Learner:
@@ -109,7 +186,7 @@ def learner_from_recipe(recipe: Mapping[str, Any]) -> Learner:
             f"{name!r} in {dict(recipe)!r}."
         )
     if name not in _BUILDERS:
-        import jaxlearner.algorithms  # noqa: F401  (registers the built-in algorithms)
+        _register_builtins()
     if name not in _BUILDERS:
         raise ReadableKeyError(
             f"No recipe builder is registered for algorithm {name!r}; registered: "

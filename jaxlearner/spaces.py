@@ -6,6 +6,7 @@ spaces the built-in models accept.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium
@@ -79,6 +80,31 @@ def space_from_json(description: dict[str, Any]) -> gymnasium.Space:
     if kind == "MultiBinary":
         return spaces.MultiBinary(description["n"])
     raise ValueError(f"Unknown space type {kind!r}; supported: {SUPPORTED}.")
+
+
+def check_recipe_spaces(
+    recipe: Mapping[str, Any] | None,
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+) -> None:
+    """Raises unless an environment's spaces are those a learner's recipe was built for.
+
+    A recipe without spaces (or no recipe) accepts any.
+
+    Raises:
+      ValueError: naming the space that differs, the environment's and the recipe's.
+
+    Example:
+      >>> check_recipe_spaces(learner.recipe, env.observation_space, env.action_space)
+      ... # doctest: +SKIP
+    """
+    recipe = recipe or {}
+    for name, space in (("observation_space", observation_space), ("action_space", action_space)):
+        if name in recipe and space_to_json(space) != recipe[name]:
+            raise ValueError(
+                f"The environment's {name} {space} differs from the one the learner was built "
+                f"for ({recipe[name]}); build the learner from this environment's spaces."
+            )
 
 
 def is_discrete(space: gymnasium.Space) -> bool:

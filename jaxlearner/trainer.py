@@ -4,9 +4,11 @@ A thin loop anyone can read and copy: :meth:`Trainer.step` collects
 experience with an :class:`~jaxlearner.env_runner.EnvRunner` and calls the
 jitted update; :meth:`Trainer.eval` runs whole episodes with the deterministic
 policy; :meth:`Trainer.run` repeats ``step`` (and ``eval`` every so many env
-steps) until a stop condition holds. On-policy algorithms (PPO) train once on
-each rollout; off-policy ones (DQN, SAC) store transitions in a device replay
-buffer and run a compiled sample-and-update step.
+steps) until a stop condition holds. What happens to each rollout depends on
+the algorithm's kind (a :mod:`~jaxlearner.feeds` feed, chosen once):
+on-policy algorithms (PPO) train once on each rollout; off-policy ones (DQN,
+SAC) store transitions in a device replay buffer and run a compiled
+sample-and-update loop.
 
 Every iteration's learner metrics are fetched from the device once, flattened
 (``"default_policy/total_loss"``) and merged with the trainer's counters and
@@ -27,11 +29,13 @@ import numpy as np
 from jaxlearner import checkpoint_metadata, replay_buffer
 from jaxlearner.algorithms import Algorithm, algorithm_for
 from jaxlearner.checkpoint import CheckpointManager
-from jaxlearner.env_runner import EnvLike, EnvRunner, evaluate
+from jaxlearner.env_runner import EnvLike, EnvRunner, Rollout, evaluate
+from jaxlearner.feeds import make_feed
 from jaxlearner.learner import Learner
 from jaxlearner.loggers import ProgressBar, Writer, flatten_metrics
 from jaxlearner.placement import DevicesLike
-from jaxlearner.state import LearnerState
+from jaxlearner.spaces import check_recipe_spaces
+from jaxlearner.state import LearnerState, ModuleState
 from jaxlearner.stop_conditions import AnyOf, StopCondition
 
 RECENT_EPISODES = 100
@@ -58,14 +62,25 @@ class TrainerCounters:
     recent_returns: list[float] = dataclasses.field(default_factory=list)
     recent_lengths: list[int] = dataclasses.field(default_factory=list)
 
+    def count(self, rollout: Rollout, seconds: float) -> None:
+        """Counts one iteration's rollout, which took ``seconds`` with its update."""
+        self.iteration += 1
+        self.env_steps += rollout.env_steps
+        self.episodes += len(rollout.episode_returns)
+        self.recent_returns = (self.recent_returns + rollout.episode_returns)[-RECENT_EPISODES:]
+        self.recent_lengths = (self.recent_lengths + rollout.episode_lengths)[-RECENT_EPISODES:]
+        self.time_total_s += seconds
+
 
 @final
 class Trainer:
     """Trains a built-in algorithm on a gymnasium environment.
 
     Args:
-      learner: a learner from ``jl.algorithms.ppo/dqn/sac(...)``, or an
-        :class:`~jaxlearner.algorithms.Algorithm`.
+      learner: a learner from ``jl.algorithms.ppo/dqn/sac(...)`` (its
+        algorithm is derived from it: :func:`~jaxlearner.algorithms.algorithm_for`),
+        or an :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` or
+        :class:`~jaxlearner.algorithms.OffPolicyAlgorithm`.
       env: a gymnasium id, an env instance, a factory or a vector env.
       num_envs: sub-environments stepped together.
       vectorization: ``"sync"`` or ``"async"``.
@@ -109,20 +124,18 @@ class Trainer:
     ) -> None:
         algorithm = learner if isinstance(learner, Algorithm) else algorithm_for(learner)
         if devices is not None:
-            algorithm = dataclasses.replace(algorithm, learner=algorithm.learner.on(devices))
+            algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         self._algorithm = algorithm
-        if (
-            isinstance(eval_episodes, bool)
-            or not isinstance(eval_episodes, int)
-            or (eval_episodes < 1)
-        ):
+        if type(eval_episodes) is not int or eval_episodes < 1:  # bool is no count
             raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
         self._env, self._env_config = env, dict(env_config or {})
         self._vectorization = vectorization
-        self._runner = EnvRunner(
+        runner = self._runner = EnvRunner(
             env, num_envs=num_envs, vectorization=vectorization, env_config=env_config, seed=seed
         )
-        self._check_spaces()
+        check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
+        self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
+        self._feed = make_feed(algorithm)
         self._eval_episodes = eval_episodes
         self._eval_runners: dict[str, EnvRunner] = {}
         self._writers = tuple(writers)
@@ -134,52 +147,6 @@ class Trainer:
         self._state = self.learner.placement.put(state)
         self.counters = TrainerCounters()
         self.history: list[dict[str, float]] = []
-        self._compile()
-
-    def _check_spaces(self) -> None:
-        recipe = self.learner.recipe or {}
-        from jaxlearner.spaces import space_to_json
-
-        for name, space in (
-            ("observation_space", self._runner.observation_space),
-            ("action_space", self._runner.action_space),
-        ):
-            if name in recipe and space_to_json(space) != recipe[name]:
-                raise ValueError(
-                    f"The environment's {name} {space} differs from the one the learner was "
-                    f"built for ({recipe[name]}); build the learner from this env's spaces."
-                )
-
-    def _compile(self) -> None:
-        algorithm = self._algorithm
-        self._rollout_steps = algorithm.rollout_steps(self._runner.num_envs)
-        if algorithm.on_policy:
-            self._postprocess = jax.jit(algorithm.postprocess)
-            self._buffer = None
-            return
-        self._transitions = jax.jit(algorithm.transitions)
-        self._add = jax.jit(replay_buffer.add, donate_argnums=0)
-        update_fn = self.learner.update_fn
-        module_id, batch_size = algorithm.module_id, algorithm.train_batch_size
-
-        def replay_updates(state, buffer, keys, env_steps):
-            # All of an iteration's updates in one compiled call; the env steps not yet
-            # counted are counted once, by the first update.
-            def one_update(state, inputs):
-                index, key = inputs
-                batch = replay_buffer.sample(buffer, key, batch_size)
-                steps = jax.numpy.where(index == 0, env_steps, 0)
-                return update_fn(state, {module_id: batch}, {module_id: steps})
-
-            state, metrics = jax.lax.scan(
-                one_update, state, (jax.numpy.arange(keys.shape[0]), keys)
-            )
-            return state, jax.tree.map(lambda x: x[-1], metrics)
-
-        self._replay_updates = jax.jit(replay_updates, donate_argnums=0)
-        self._buffer = None  # created from the first transitions
-        self._updates_due = 0.0
-        self._uncounted_env_steps = 0
 
     @property
     def algorithm(self) -> Algorithm:
@@ -199,14 +166,14 @@ class Trainer:
     @property
     def buffer(self) -> replay_buffer.ReplayBuffer | None:
         """The replay buffer of an off-policy algorithm (``None`` before the first step)."""
-        return self._buffer
+        return self._feed.buffer
 
     @property
     def runner(self) -> EnvRunner:
         """The training env runner."""
         return self._runner
 
-    def _module_state(self) -> Any:
+    def _module_state(self) -> ModuleState:
         state = self.learner.placement.get(self._state)
         return state.modules[self._algorithm.module_id]
 
@@ -223,28 +190,18 @@ class Trainer:
         """
         start = time.perf_counter()
         self._key, sample_key, update_key = jax.random.split(self._key, 3)
+        module = self._module_state()
         rollout = self._runner.sample(
-            self._algorithm.explore, self._module_state(), self._rollout_steps, sample_key
+            self._algorithm.explore, module, self._rollout_steps, sample_key
         )
-        experience = rollout.experience()
-        metrics = (
-            self._train_on_policy(experience, rollout.env_steps)
-            if self._algorithm.on_policy
-            else self._train_off_policy(experience, rollout.env_steps, update_key)
+        before = self.counters.env_steps
+        self._state, metrics = self._feed.learn(
+            self._state, module, rollout.experience(), rollout.env_steps, before, update_key
         )
         learner_metrics = flatten_metrics(jax.device_get(metrics)) if metrics else {}
-        counters = self.counters
-        counters.iteration += 1
-        counters.env_steps += rollout.env_steps
-        counters.episodes += len(rollout.episode_returns)
-        counters.recent_returns = (counters.recent_returns + rollout.episode_returns)[
-            -RECENT_EPISODES:
-        ]
-        counters.recent_lengths = (counters.recent_lengths + rollout.episode_lengths)[
-            -RECENT_EPISODES:
-        ]
         elapsed = time.perf_counter() - start
-        counters.time_total_s += elapsed
+        counters = self.counters
+        counters.count(rollout, elapsed)
         stats = {
             "iteration": float(counters.iteration),
             "env_steps": float(counters.env_steps),
@@ -258,39 +215,6 @@ class Trainer:
         }
         self._record(stats)
         return stats
-
-    def _train_on_policy(self, experience: dict[str, Any], env_steps: int) -> Any:
-        module_id = self._algorithm.module_id
-        batch = self._postprocess(self._module_state(), experience)
-        self._state, metrics = self.learner.update(
-            self._state, {module_id: batch}, env_steps=env_steps
-        )
-        return metrics
-
-    def _train_off_policy(self, experience: dict[str, Any], env_steps: int, key: jax.Array) -> Any:
-        algorithm = self._algorithm
-        rows = self._transitions(experience)
-        if self._buffer is None:
-            example = jax.tree.map(lambda x: x[0], rows)
-            self._buffer = self.learner.placement.put(
-                replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
-            )
-        self._buffer = self._add(self._buffer, rows)
-        self._uncounted_env_steps += env_steps
-        if self.counters.env_steps + env_steps < algorithm.learning_starts:
-            return None
-        self._updates_due += algorithm.updates_per_step * env_steps
-        count, self._updates_due = int(self._updates_due), self._updates_due % 1.0
-        if count == 0:
-            return None
-        self._state, metrics = self._replay_updates(
-            self._state,
-            self._buffer,
-            jax.random.split(key, count),
-            np.int32(self._uncounted_env_steps),
-        )
-        self._uncounted_env_steps = 0
-        return metrics
 
     def eval(
         self,
@@ -405,16 +329,14 @@ class Trainer:
         step = self.counters.iteration
         if metrics is None:
             metrics = self.history[-1] if self.history else {}
-        arrays: dict[str, Any] = {"key": jax.random.key_data(self._key)}
-        if self._buffer is not None:
-            arrays["buffer"] = self._buffer
+        feed_extra, feed_arrays = self._feed.save()
+        arrays = {"key": jax.random.key_data(self._key), **feed_arrays}
         extra = {
             "trainer": dataclasses.asdict(self.counters),
             # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
             "history": [checkpoint_metadata.flatten_metrics(entry) for entry in self.history],
             "runner": self._runner.get_state(),
-            "updates_due": 0.0 if self._algorithm.on_policy else self._updates_due,
-            "uncounted_env_steps": 0 if self._algorithm.on_policy else self._uncounted_env_steps,
+            **feed_extra,
         }
         checkpoint.save(
             step, self._state, self.learner, metrics=dict(metrics), extra=extra, extra_arrays=arrays
@@ -448,12 +370,7 @@ class Trainer:
         ]
         self._runner.set_state(extra["runner"])
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
-        if "buffer" in arrays:
-            buffer = replay_buffer.ReplayBuffer(**arrays["buffer"])
-            self._buffer = self.learner.placement.put(buffer)
-        if not self._algorithm.on_policy:
-            self._updates_due = float(extra.get("updates_due", 0.0))
-            self._uncounted_env_steps = int(extra.get("uncounted_env_steps", 0))
+        self._feed.restore(extra, arrays)
 
     def _record(self, stats: dict[str, float]) -> None:
         self.history.append(stats)

@@ -643,6 +643,24 @@ def test_registry_validation(toy_recipe):
         learner_from_recipe({"algorithm": "returns_none"})
 
 
+def test_built_in_algorithms_and_user_recipes_share_one_registry(toy_recipe):
+    import gymnasium as gym
+
+    from jaxlearner.registry import AlgorithmRecipe, algorithm_names, algorithm_recipe
+
+    assert {"ppo", "dqn", "sac", "toy_regression"} <= set(registered_recipes())
+    assert set(algorithm_names()) >= {"ppo", "dqn", "sac"}
+    assert "toy_regression" not in algorithm_names()  # a plain builder makes learners only
+    ppo = algorithm_recipe("ppo")
+    assert isinstance(ppo, AlgorithmRecipe) and ppo.config_type is jl.algorithms.PPOConfig
+    learner = jl.algorithms.ppo(gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2))
+    assert learner_from_recipe(learner.recipe).recipe == learner.recipe  # rebuilt by the entry
+    with pytest.raises(ValueError, match="'toy_regression' .*makes learners only"):
+        algorithm_recipe("toy_regression")
+    with pytest.raises(ValueError, match="Unknown algorithm 'a2c'; built-in algorithms"):
+        algorithm_recipe("a2c")
+
+
 def test_directories_local_and_remote(tmp_path, monkeypatch):
     assert _resolve_directory("gs://bucket/run/checkpoints") == "gs://bucket/run/checkpoints"
     monkeypatch.chdir(tmp_path)

@@ -250,7 +250,8 @@ def test_config_validation_and_recipe_round_trip():
     assert algorithm.learner is learner and algorithm.name == "dqn"
     assert algorithm.config == jl.algorithms.DQNConfig(**config)
     assert algorithm.config.epsilon == ((0, 1.0), (500, 0.1))
-    assert not algorithm.on_policy and algorithm.updates_per_step == 4.0
+    assert isinstance(algorithm, jl.algorithms.OffPolicyAlgorithm)
+    assert algorithm.updates_per_step == 4.0
     assert algorithm.replay_capacity == 50_000 and algorithm.train_batch_size == 16
     assert algorithm.learning_starts == 1000 and algorithm.rollout_steps(8) == 4
     default = jl.algorithms.build("dqn", CARTPOLE.observation_space, CARTPOLE.action_space)

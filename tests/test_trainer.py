@@ -1,5 +1,6 @@
 """Trainer: step / eval / run, stop conditions, writers, devices, exact resume, PPO learning."""
 
+import importlib
 import time
 
 import gymnasium as gym
@@ -96,6 +97,47 @@ def test_spaces_must_match_the_learner():
         jl.Trainer(
             jl.Learner({"m": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))}), "CartPole-v1"
         )
+
+
+TINY = {
+    "ppo": {**SMALL, "hidden_sizes": (8,)},
+    "dqn": {"hidden_sizes": (8,), "num_steps_sampled_before_learning_starts": 0},
+    "sac": {
+        "hidden_sizes": (8,),
+        "num_steps_sampled_before_learning_starts": 0,
+        "replay_buffer_capacity": 1000,
+        "train_batch_size": 16,
+    },
+}
+MODEL_BUILDERS = {"ppo": "actor_critic", "dqn": "q_network", "sac": "sac_networks"}
+
+
+@pytest.mark.parametrize(
+    "name, env_id", [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("sac", "Pendulum-v1")]
+)
+def test_a_trainer_of_a_learner_builds_no_second_model_or_learner(monkeypatch, name, env_id):
+    env = gym.make(env_id)
+    learner = getattr(jl.algorithms, name)(env.observation_space, env.action_space, TINY[name])
+    module = importlib.import_module(f"jaxlearner.algorithms.{name}")
+
+    def no_model(*args, **kwargs):
+        raise AssertionError(f"{name}'s model was built again")
+
+    monkeypatch.setattr(module, MODEL_BUILDERS[name], no_model)
+    constructions = []
+    learner_init = jl.Learner.__init__
+
+    def counting_init(self, *args, **kwargs):
+        constructions.append(args)
+        learner_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(jl.Learner, "__init__", counting_init)
+    trainer = jl.Trainer(learner, env_id, num_envs=2, progress=False)
+    assert trainer.learner is learner and trainer.algorithm.config.hidden_sizes == (8,)
+    stats = trainer.step()  # the act and postprocess (or transitions) functions work
+    assert stats["env_steps"] > 0 and constructions == []
+    with pytest.raises(AssertionError, match="built again"):
+        getattr(jl.algorithms, name)(env.observation_space, env.action_space, TINY[name])
 
 
 def test_resume_continues_exactly(tmp_path):

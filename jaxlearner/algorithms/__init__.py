@@ -1,23 +1,29 @@
 """Built-in algorithms: PPO, DQN and SAC, each a recipe around the generic Learner.
 
-Each algorithm is a typed config plus a ``build(observation_space,
-action_space, config) -> Algorithm`` function; the shorthand
-``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the :class:`~jaxlearner.Learner`.
-A built-in learner carries a JSON recipe, so :func:`algorithm_for` can
-recover its act and postprocess functions, and a checkpoint can rebuild it.
+Each algorithm is a typed config plus a
+:class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
+...) in the one recipe registry (:mod:`jaxlearner.registry`), which makes its
+learner, its algorithm, or the algorithm around an existing learner. An
+algorithm is of one of two kinds: an :class:`OnPolicyAlgorithm` (PPO) or an
+:class:`OffPolicyAlgorithm` (DQN, SAC); :data:`Algorithm` is either.
+
+The shorthand ``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the
+:class:`~jaxlearner.Learner`; :func:`build` returns the whole algorithm. A
+built-in learner carries a JSON recipe, so :func:`algorithm_for` can derive
+its act and postprocess (or transitions) functions from the learner itself,
+and a checkpoint can rebuild it.
 
 Example:
   >>> import gymnasium as gym, jax, jaxlearner as jl
   >>> env = gym.make("CartPole-v1")
   >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space)
   >>> algorithm = jl.algorithms.algorithm_for(learner)
-  >>> algorithm.name
-  'ppo'
+  >>> algorithm.name, algorithm.learner is learner
+  ('ppo', True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -25,21 +31,21 @@ import gymnasium
 from jaxlearner.algorithms import dqn as _dqn
 from jaxlearner.algorithms import ppo as _ppo
 from jaxlearner.algorithms import sac as _sac
-from jaxlearner.algorithms.algorithm import Algorithm
-from jaxlearner.algorithms.config import config_from_json
+from jaxlearner.algorithms.algorithm import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
 from jaxlearner.learner import Learner
-from jaxlearner.registry import register_recipe
-from jaxlearner.spaces import space_from_json
+from jaxlearner.registry import (
+    algorithm_names,
+    algorithm_recipe,
+    learner_from_recipe,
+    register_recipe,
+)
 
-BUILDERS: dict[str, Callable[..., Algorithm]] = {
-    "ppo": _ppo.build,
-    "dqn": _dqn.build,
-    "sac": _sac.build,
-}
-CONFIGS: dict[str, type] = {"ppo": PPOConfig, "dqn": DQNConfig, "sac": SACConfig}
+for _recipe in (_ppo.RECIPE, _dqn.RECIPE, _sac.RECIPE):
+    register_recipe(_recipe.name, _recipe, replace=True)
 
 
 def build(
@@ -48,58 +54,64 @@ def build(
     action_space: gymnasium.Space,
     config: Any = None,
 ) -> Algorithm:
-    """The built-in algorithm ``name`` for two spaces.
+    """The algorithm ``name`` for two spaces, with a fresh learner.
+
+    Args:
+      name: ``"ppo"``, ``"dqn"``, ``"sac"`` (or an algorithm recipe you registered).
+      observation_space: one environment's observation space.
+      action_space: one environment's action space.
+      config: the algorithm's typed config, a dict of its fields, or ``None``.
 
     Raises:
-      ValueError: for an unknown name (the valid ones are listed).
+      ValueError: for an unknown name (the valid ones are listed), unknown
+        config fields or invalid values.
+
+    Example:
+      >>> algorithm = jl.algorithms.build("dqn", env.observation_space, env.action_space,
+      ...                                 {"train_batch_size": 64})  # doctest: +SKIP
     """
-    if name not in BUILDERS:
-        raise ValueError(f"Unknown algorithm {name!r}; built-in algorithms: {sorted(BUILDERS)}.")
-    return BUILDERS[name](observation_space, action_space, config)
+    return algorithm_recipe(name).build(observation_space, action_space, config)
 
 
 def from_recipe(recipe: dict[str, Any]) -> Algorithm:
-    """The built-in algorithm a learner's JSON recipe describes (a fresh learner inside).
+    """The algorithm a learner's JSON recipe describes, around a fresh learner.
 
     Raises:
-      ValueError: when the recipe names no built-in algorithm.
+      ValueError: when the recipe names no algorithm recipe.
     """
-    name = recipe.get("algorithm")
-    if name not in BUILDERS:
-        raise ValueError(
-            f"The recipe names algorithm {name!r}, which is not built in; built-in algorithms: "
-            f"{sorted(BUILDERS)}."
-        )
-    return build(
-        name,
-        space_from_json(recipe["observation_space"]),
-        space_from_json(recipe["action_space"]),
-        config_from_json(CONFIGS[name], recipe["config"]),
-    )
+    entry = algorithm_recipe(recipe.get("algorithm"))
+    return entry.algorithm_for(learner_from_recipe(recipe))
 
 
 def algorithm_for(learner: Learner) -> Algorithm:
-    """The :class:`Algorithm` of a built-in learner, around that same learner.
+    """The algorithm of a built-in learner, around that same learner.
+
+    The act and postprocess (or transitions) functions apply the learner's
+    own model, with the config read from its recipe: no model or learner is
+    built.
 
     Raises:
-      ValueError: when the learner was not built by a built-in algorithm.
+      ValueError: when the learner was not built by a registered algorithm recipe.
+
+    Example:
+      >>> algorithm = jl.algorithms.algorithm_for(jl.algorithms.ppo(obs_space, act_space))
+      ... # doctest: +SKIP
     """
-    recipe = learner.recipe
-    if not recipe or recipe.get("algorithm") not in BUILDERS:
+    recipe = learner.recipe or {}
+    if recipe.get("algorithm") not in algorithm_names():
         raise ValueError(
             "This learner has no built-in algorithm recipe; pass the Algorithm explicitly "
-            f"(built-in algorithms: {sorted(BUILDERS)})."
+            f"(built-in algorithms: {list(algorithm_names())})."
         )
-    return from_recipe(recipe).with_learner(learner)
-
-
-for _name in BUILDERS:
-    register_recipe(_name, lambda recipe: from_recipe(recipe).learner, replace=True)
+    return algorithm_recipe(recipe["algorithm"]).algorithm_for(learner)
 
 
 __all__ = [
     "Algorithm",
+    "BuiltinAlgorithm",
     "DQNConfig",
+    "OffPolicyAlgorithm",
+    "OnPolicyAlgorithm",
     "PPOConfig",
     "SACConfig",
     "algorithm_for",

@@ -1,17 +1,33 @@
-"""Algorithm: what a built-in algorithm adds around its learner.
+"""Algorithms by kind: what a built-in algorithm adds around its learner.
 
 A :class:`~jaxlearner.Learner` only trains on batches. To collect those
-batches from an environment a trainer also needs to know how to act and how
-to turn experience into training batches. An :class:`Algorithm` bundles
-these pure functions with the learner; the :class:`~jaxlearner.Trainer` and
-the command line use it, and your own loop can too.
+batches from an environment a training loop also needs to know how to act
+and how to turn experience into training batches, and that differs by kind:
+
+* an :class:`OnPolicyAlgorithm` (PPO) turns each rollout into one batch
+  (``postprocess``) and trains on it once;
+* an :class:`OffPolicyAlgorithm` (DQN, SAC) turns each rollout into replay
+  rows (``transitions``), stores them in a replay buffer and trains on
+  batches sampled from it (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`).
+
+Both are final frozen values of pure functions around one learner; the
+:class:`~jaxlearner.Trainer`, :mod:`jaxlearner.anakin` and the command line
+choose what to do by the kind, once, and your own loop can too.
+:data:`Algorithm` is either kind.
+
+Example:
+  >>> import gymnasium as gym, jaxlearner as jl
+  >>> env = gym.make("CartPole-v1")
+  >>> algorithm = jl.algorithms.build("dqn", env.observation_space, env.action_space)
+  >>> isinstance(algorithm, jl.algorithms.OffPolicyAlgorithm), algorithm.train_batch_size
+  (True, 32)
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, final
 
 import jax
 
@@ -33,31 +49,29 @@ Experience: TypeAlias = Mapping[str, jax.Array]
 ``terminated``, ``truncated``, ``next_obs``, ``valid`` and the act function's
 extras."""
 
+PostprocessFn: TypeAlias = Callable[[ModuleState, Experience], Batch]
+"""``postprocess(module_state, experience [T, N, ...]) -> batch [T * N, ...]``, pure."""
 
+TransitionsFn: TypeAlias = Callable[[Experience], Batch]
+"""``transitions(experience [T, N, ...]) -> replay rows [T * N, ...]``, pure."""
+
+
+@final
 @dataclasses.dataclass(frozen=True)
-class Algorithm:
-    """A built-in algorithm: its learner plus how to act and what to train on.
+class OnPolicyAlgorithm:
+    """An on-policy algorithm: trains once on each rollout, as ``postprocess`` shapes it.
 
     Attributes:
-      name: ``"ppo"``, ``"dqn"``, ``"sac"``.
+      name: the algorithm's name (``"ppo"``), as in its learner's recipe.
       module_id: the learner's (single) module.
       learner: the learner.
       config: the algorithm's typed config.
-      explore: the act function for collecting experience (sampling, epsilon-greedy).
+      explore: the act function for collecting experience (sampling).
       exploit: the deterministic act function for evaluation.
-      on_policy: ``True`` trains on each rollout once (``postprocess``);
-        ``False`` stores transitions in a replay buffer and samples from it.
-      postprocess: on-policy: ``(module_state, experience) -> batch`` of
-        ``[T * N, ...]`` rows (e.g. GAE advantages), pure.
-      transitions: off-policy: ``experience -> {name: [T * N, ...]}`` rows
-        for the replay buffer, pure.
       rollout_steps: steps per sub-environment per training iteration, for
         the given number of environments: ``rollout_steps(num_envs)``.
-      replay_capacity: off-policy: the replay buffer's size in transitions.
-      train_batch_size: off-policy: rows sampled per gradient update.
-      learning_starts: off-policy: env steps collected before training.
-      updates_per_step: off-policy: ``update`` calls per env step collected
-        (RLlib's training intensity divided by the batch size).
+      postprocess: ``(module_state, experience) -> batch`` of ``[T * N, ...]``
+        rows (e.g. GAE advantages), pure.
     """
 
     name: str
@@ -66,23 +80,75 @@ class Algorithm:
     config: Any
     explore: ActFn
     exploit: ActFn
-    on_policy: bool
     rollout_steps: Callable[[int], int]
-    postprocess: Callable[[ModuleState, Experience], Batch] | None = None
-    transitions: Callable[[Experience], Batch] | None = None
-    replay_capacity: int = 0
-    train_batch_size: int = 0
-    learning_starts: int = 0
-    updates_per_step: float = 0.0
+    postprocess: PostprocessFn
+
+    def with_learner(self, learner: Learner) -> OnPolicyAlgorithm:
+        """The same algorithm around another learner of the same model (restored, re-placed)."""
+        return dataclasses.replace(self, learner=learner)
+
+
+@final
+@dataclasses.dataclass(frozen=True)
+class OffPolicyAlgorithm:
+    """An off-policy algorithm: stores ``transitions`` in a replay buffer and samples from it.
+
+    Attributes:
+      name: the algorithm's name (``"dqn"``, ``"sac"``), as in its learner's recipe.
+      module_id: the learner's (single) module.
+      learner: the learner; each ``update`` is one gradient step on a sampled batch.
+      config: the algorithm's typed config.
+      explore: the act function for collecting experience (epsilon-greedy, sampling).
+      exploit: the deterministic act function for evaluation.
+      rollout_steps: steps per sub-environment per training iteration, for
+        the given number of environments: ``rollout_steps(num_envs)``.
+      transitions: ``experience -> {name: [T * N, ...]}`` rows for the replay
+        buffer, pure.
+      replay_capacity: the replay buffer's size in transitions.
+      train_batch_size: rows sampled per gradient update.
+      learning_starts: env steps collected before training.
+      updates_per_step: ``update`` calls per env step collected (RLlib's
+        training intensity divided by the batch size).
+
+    Raises:
+      ValueError: for a capacity, batch size or update rate that is not positive,
+        or a negative ``learning_starts``.
+    """
+
+    name: str
+    module_id: str
+    learner: Learner
+    config: Any
+    explore: ActFn
+    exploit: ActFn
+    rollout_steps: Callable[[int], int]
+    transitions: TransitionsFn
+    replay_capacity: int
+    train_batch_size: int
+    learning_starts: int
+    updates_per_step: float
 
     def __post_init__(self) -> None:
-        if self.on_policy and self.postprocess is None:
-            raise ValueError(f"On-policy algorithm {self.name!r} needs a postprocess function.")
-        if not self.on_policy and (self.transitions is None or self.replay_capacity <= 0):
+        if self.replay_capacity <= 0 or self.train_batch_size <= 0 or self.updates_per_step <= 0:
             raise ValueError(
-                f"Off-policy algorithm {self.name!r} needs transitions and a replay_capacity."
+                f"Off-policy algorithm {self.name!r} needs a positive replay_capacity, "
+                f"train_batch_size and updates_per_step; got {self.replay_capacity}, "
+                f"{self.train_batch_size} and {self.updates_per_step}."
+            )
+        if self.learning_starts < 0:
+            raise ValueError(
+                f"Off-policy algorithm {self.name!r}: learning_starts must be >= 0; got "
+                f"{self.learning_starts}."
             )
 
-    def with_learner(self, learner: Learner) -> Algorithm:
-        """The same algorithm around another learner (e.g. one restored from a checkpoint)."""
+    def with_learner(self, learner: Learner) -> OffPolicyAlgorithm:
+        """The same algorithm around another learner of the same model (restored, re-placed)."""
         return dataclasses.replace(self, learner=learner)
+
+
+Algorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm
+"""Either kind of algorithm; ``isinstance(x, Algorithm)`` and ``match`` tell them apart.
+
+Both kinds have ``name``, ``module_id``, ``learner``, ``config``, ``explore``,
+``exploit``, ``rollout_steps`` and ``with_learner``.
+"""

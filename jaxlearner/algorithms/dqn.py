@@ -63,7 +63,7 @@ Design decisions:
   one polyak step ``target <- tau * params + (1 - tau) * target``, RLlib's
   ``sync_target_networks(tau)`` at that frequency. Use
   ``target_network_update_freq=1`` for a polyak step after every update.
-* **Training intensity**: ``Algorithm.updates_per_step`` is
+* **Training intensity**: ``OffPolicyAlgorithm.updates_per_step`` is
   ``training_intensity / train_batch_size``; ``None`` means one update per env
   step, RLlib's natural ratio for one environment.
 * **Rollouts** are ``rollout_fragment_length`` steps per sub-environment per
@@ -81,15 +81,14 @@ import jax.numpy as jnp
 import optax
 
 from jaxlearner.additional_updates import AdditionalUpdate, periodic_copy
-from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.algorithm import ActFn, Experience, OffPolicyAlgorithm
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
     check_positive,
     check_positive_int,
     check_schedule,
-    config_to_json,
     freeze_schedule,
-    make_config,
 )
 from jaxlearner.algorithms.off_policy import (
     TD_ERROR_LOSSES,
@@ -108,9 +107,8 @@ from jaxlearner.models import q_network
 from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.optimizer import CLIP_MODES, Optimizer
 from jaxlearner.schedules import ScheduleLike, current_value
-from jaxlearner.spaces import space_to_json
 from jaxlearner.state import ModuleState
-from jaxlearner.types import Batch, Params
+from jaxlearner.types import Batch, Model, Params
 
 MODULE_ID = "default_policy"
 TARGET = "target_params"
@@ -268,12 +266,127 @@ def periodic_polyak_update(period: int, tau: ScheduleLike) -> AdditionalUpdate:
     )
 
 
+def make_learner(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: DQNConfig,
+) -> Learner:
+    """DQN's learner: one Q-network module, one gradient step per ``update``.
+
+    Use :func:`dqn` (or ``RECIPE.learner``), which also makes the typed config.
+    """
+    model = q_network(
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        config.dueling,
+        config.head_hidden_sizes,
+    )
+    return Learner(
+        {MODULE_ID: _module_spec(model, config)},
+        minibatch_size=None,
+        num_epochs=1,
+        shuffle=False,
+        batch_layout={MODULE_ID: replay_layout(observation_space, (), jnp.int32)},
+        recipe=recipe_json("dqn", observation_space, action_space, config),
+    )
+
+
+def _module_spec(model: Model, config: DQNConfig) -> ModuleSpec:
+    """The module: the TD loss, Adam, epsilon and the target network's update."""
+    if config.tau == 1.0:
+        target_update = periodic_copy(config.target_network_update_freq, "env_steps", TARGET)
+    else:
+        target_update = periodic_polyak_update(config.target_network_update_freq, config.tau)
+    optimizer = Optimizer(
+        optax.adam,
+        learning_rate=config.lr,
+        grad_clip=config.grad_clip,
+        grad_clip_by=config.grad_clip_by,
+        hyperparams={"eps": config.adam_epsilon},
+    )
+    return ModuleSpec(
+        model,
+        dqn_loss(config.double_q, config.td_error_loss_fn),
+        optimizer,
+        hyperparams={"epsilon": config.epsilon},
+        additional_updates=[target_update],
+        init_input=lambda batch: batch["obs"],
+        metric_reductions={"qf_max": "max", "qf_min": "min"},
+    )
+
+
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: DQNConfig
+) -> OffPolicyAlgorithm:
+    """DQN around ``learner`` (one of :func:`make_learner`): epsilon-greedy, transitions.
+
+    The act functions apply the learner's own model
+    (``learner.specs["default_policy"].model``); nothing is built but functions.
+    """
+    model = learner.specs[MODULE_ID].model
+    explore, exploit = _act_functions(model, config.epsilon, action_space)
+
+    def transitions(experience: Experience) -> Batch:
+        return replay_transitions(experience, config.n_step, config.gamma, jnp.int32)
+
+    return OffPolicyAlgorithm(
+        name="dqn",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=explore,
+        exploit=exploit,
+        rollout_steps=lambda num_envs: config.rollout_fragment_length,
+        transitions=transitions,
+        replay_capacity=config.replay_buffer_capacity,
+        train_batch_size=config.train_batch_size,
+        learning_starts=config.num_steps_sampled_before_learning_starts,
+        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+    )
+
+
+def _act_functions(
+    model: Model, epsilon: ScheduleLike, action_space: gymnasium.Space
+) -> tuple[ActFn, ActFn]:
+    """``(explore, exploit)``: epsilon-greedy at ``module.env_steps``, and greedy.
+
+    Actions are trained on as indices; the environment gets ``index + start``.
+    """
+    num_actions, start = int(action_space.n), int(action_space.start)
+
+    def env_actions(actions: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        if start == 0:
+            return actions, {}
+        return actions + start, {"actions": actions}
+
+    def explore(module: ModuleState, obs: jax.Array, key: jax.Array):
+        value = current_value(epsilon, module.hyperparams["epsilon"], module.counters, "epsilon")
+        greedy = jnp.argmax(model.apply(module.params, obs), axis=-1).astype(jnp.int32)
+        random_key, coin_key = jax.random.split(key)
+        random = jax.random.randint(random_key, greedy.shape, 0, num_actions, jnp.int32)
+        explore_now = jax.random.uniform(coin_key, greedy.shape) < value
+        return env_actions(jnp.where(explore_now, random, greedy))
+
+    def exploit(module: ModuleState, obs: jax.Array, key: jax.Array):
+        del key
+        return env_actions(jnp.argmax(model.apply(module.params, obs), -1).astype(jnp.int32))
+
+    return explore, exploit
+
+
+RECIPE = BuiltinAlgorithm("dqn", DQNConfig, make_learner, make_algorithm)
+"""DQN's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+
+
 def build(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
     config: DQNConfig | dict[str, Any] | None = None,
-) -> Algorithm:
-    """DQN's :class:`~jaxlearner.algorithms.Algorithm` (learner, epsilon-greedy, transitions).
+) -> OffPolicyAlgorithm:
+    """DQN's :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (learner, epsilon-greedy,
+    transitions).
 
     Args:
       observation_space: one environment's observation space.
@@ -289,86 +402,7 @@ def build(
       >>> algorithm = jl.algorithms.build(
       ...     "dqn", env.observation_space, env.action_space)  # doctest: +SKIP
     """
-    config = make_config(DQNConfig, config)
-    model = q_network(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        config.dueling,
-        config.head_hidden_sizes,
-    )
-    num_actions, start = int(action_space.n), int(action_space.start)
-    if config.tau == 1.0:
-        target_update = periodic_copy(config.target_network_update_freq, "env_steps", TARGET)
-    else:
-        target_update = periodic_polyak_update(config.target_network_update_freq, config.tau)
-    spec = ModuleSpec(
-        model,
-        dqn_loss(config.double_q, config.td_error_loss_fn),
-        Optimizer(
-            optax.adam,
-            learning_rate=config.lr,
-            grad_clip=config.grad_clip,
-            grad_clip_by=config.grad_clip_by,
-            hyperparams={"eps": config.adam_epsilon},
-        ),
-        hyperparams={"epsilon": config.epsilon},
-        additional_updates=[target_update],
-        init_input=lambda batch: batch["obs"],
-        metric_reductions={"qf_max": "max", "qf_min": "min"},
-    )
-    learner = Learner(
-        {MODULE_ID: spec},
-        minibatch_size=None,
-        num_epochs=1,
-        shuffle=False,
-        batch_layout={MODULE_ID: replay_layout(observation_space, (), jnp.int32)},
-        recipe={
-            "algorithm": "dqn",
-            "config": config_to_json(config),
-            "observation_space": space_to_json(observation_space),
-            "action_space": space_to_json(action_space),
-        },
-    )
-
-    def env_actions(actions: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-        if start == 0:
-            return actions, {}
-        return actions + start, {"actions": actions}
-
-    def explore(module: ModuleState, obs: jax.Array, key: jax.Array):
-        epsilon = current_value(
-            config.epsilon, module.hyperparams["epsilon"], module.counters, "epsilon"
-        )
-        greedy = jnp.argmax(model.apply(module.params, obs), axis=-1).astype(jnp.int32)
-        random_key, coin_key = jax.random.split(key)
-        random = jax.random.randint(random_key, greedy.shape, 0, num_actions, jnp.int32)
-        explore_now = jax.random.uniform(coin_key, greedy.shape) < epsilon
-        return env_actions(jnp.where(explore_now, random, greedy))
-
-    def exploit(module: ModuleState, obs: jax.Array, key: jax.Array):
-        del key
-        return env_actions(jnp.argmax(model.apply(module.params, obs), -1).astype(jnp.int32))
-
-    def transitions(experience: Experience) -> Batch:
-        return replay_transitions(experience, config.n_step, config.gamma, jnp.int32)
-
-    return Algorithm(
-        name="dqn",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=explore,
-        exploit=exploit,
-        on_policy=False,
-        transitions=transitions,
-        rollout_steps=lambda num_envs: config.rollout_fragment_length,
-        replay_capacity=config.replay_buffer_capacity,
-        train_batch_size=config.train_batch_size,
-        learning_starts=config.num_steps_sampled_before_learning_starts,
-        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
-    )
+    return RECIPE.build(observation_space, action_space, config)
 
 
 def dqn(
@@ -388,4 +422,4 @@ def dqn(
       >>> learner = jl.algorithms.dqn(env.observation_space, env.action_space, {"lr": 1e-3})
       >>> state = learner.init(jax.random.key(0))
     """
-    return build(observation_space, action_space, config).learner
+    return RECIPE.learner(observation_space, action_space, config)

@@ -1,4 +1,4 @@
-"""What DQN and SAC share: replay rows from rollouts, training intensity, config checks.
+"""What DQN and SAC share: replay rows, the replay update loop, training intensity, checks.
 
 Both algorithms store the same row in their replay buffer, built by
 :func:`replay_transitions` from a ``[T, N]`` rollout:
@@ -27,21 +27,32 @@ sees ``T * N`` rows per rollout; rows of reset-only steps (gymnasium's
 ``NEXT_STEP`` autoreset, ``valid`` False) get ``mask`` 0, and the losses
 average over ``mask``. The :class:`~jaxlearner.env_runner.EnvRunner`'s own
 environments autoreset in the same step, so there all rows are valid.
+
+Training from the buffer is written once, here, for the
+:class:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin` alike:
+:func:`make_replay_updates` is the compiled "sample, then update" loop;
+:func:`updates_due` says how many updates an iteration runs (none before
+``learning_starts`` env steps, then ``updates_per_step`` per env step, the
+fractions carried over); :func:`warmup_iterations` and
+:func:`updates_per_iteration` are the same rule for a fixed number of env steps
+per iteration, as static numbers.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner.algorithms.algorithm import Experience
+from jaxlearner import replay_buffer
+from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
 from jaxlearner.returns import n_step_rewards
 from jaxlearner.spaces import zero_observation
-from jaxlearner.types import Batch
+from jaxlearner.state import LearnerState
+from jaxlearner.types import Batch, Metrics
 
 TD_ERROR_LOSSES: tuple[str, ...] = ("huber", "mse")
 """``td_error_loss_fn`` values: Huber with delta 1 (``0.5 x^2`` inside ``|x| < 1``) or ``x^2``."""
@@ -124,6 +135,123 @@ def updates_per_step(training_intensity: float | None, train_batch_size: int) ->
     if training_intensity is None:
         return 1.0
     return float(training_intensity) / train_batch_size
+
+
+class ReplayUpdatesFn(Protocol):
+    """``replay_updates(learner_state, buffer, keys [U], env_steps) -> (state, metrics)``."""
+
+    def __call__(
+        self,
+        learner_state: LearnerState,
+        buffer: replay_buffer.ReplayBuffer,
+        keys: jax.Array,
+        env_steps: jax.typing.ArrayLike,
+    ) -> tuple[LearnerState, Metrics]: ...
+
+
+def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
+    """The pure "sample a batch, then update" loop of an off-policy algorithm.
+
+    ``U = keys.shape[0]`` updates run as one ``lax.scan``; update ``u`` trains
+    on ``train_batch_size`` rows sampled from ``buffer`` with ``keys[u]``.
+    ``env_steps`` (int32 scalar), the env steps collected since the previous
+    call, are counted once, by the first update, so epsilon schedules and
+    target-network periods run over sampled env steps. ``U`` is static (a new
+    ``U`` compiles again); nothing is jitted here.
+
+    Args:
+      algorithm: supplies ``learner.update_fn``, ``module_id`` and
+        ``train_batch_size``.
+
+    Returns:
+      ``replay_updates(learner_state, buffer, keys [U], env_steps) ->
+      (learner_state, metrics)`` with the metrics of the last update.
+
+    Example:
+      >>> replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=0)
+      ... # doctest: +SKIP
+      >>> state, metrics = replay_updates(state, buffer, jax.random.split(key, 4),
+      ...                                 np.int32(32))                   # doctest: +SKIP
+    """
+    update_fn = algorithm.learner.update_fn
+    module_id, batch_size = algorithm.module_id, algorithm.train_batch_size
+
+    def replay_updates(
+        learner_state: LearnerState,
+        buffer: replay_buffer.ReplayBuffer,
+        keys: jax.Array,
+        env_steps: jax.typing.ArrayLike,
+    ) -> tuple[LearnerState, Metrics]:
+        def one_update(
+            state: LearnerState, inputs: tuple[jax.Array, jax.Array]
+        ) -> tuple[LearnerState, Metrics]:
+            index, key = inputs
+            batch = replay_buffer.sample(buffer, key, batch_size)
+            counted = jnp.where(index == 0, env_steps, 0).astype(jnp.int32)
+            return update_fn(state, {module_id: batch}, {module_id: counted})
+
+        indices = jnp.arange(keys.shape[0])
+        learner_state, stacked = jax.lax.scan(one_update, learner_state, (indices, keys))
+        return learner_state, jax.tree.map(lambda x: x[-1], stacked)
+
+    return replay_updates
+
+
+def updates_due(
+    algorithm: OffPolicyAlgorithm, env_steps_before: int, env_steps: int, carried: float
+) -> tuple[int, float]:
+    """How many updates an iteration that collected ``env_steps`` runs, and the fraction left.
+
+    None while the env steps so far (``env_steps_before + env_steps``) stay
+    below ``learning_starts``; after that ``updates_per_step * env_steps``,
+    plus the fraction ``carried`` over from earlier iterations, rounded down.
+
+    Returns:
+      ``(count, carried)``: the whole updates due now and the fraction to carry on.
+
+    Example:
+      >>> updates_due(dqn, env_steps_before=1000, env_steps=8, carried=0.5)  # 1/4 per step
+      ... # doctest: +SKIP
+      (2, 0.5)
+    """
+    if env_steps_before + env_steps < algorithm.learning_starts:
+        return 0, carried
+    due = carried + algorithm.updates_per_step * env_steps
+    return int(due), due % 1.0
+
+
+def warmup_iterations(algorithm: OffPolicyAlgorithm, steps_per_iteration: int) -> int:
+    """The iterations :func:`updates_due` leaves without updates, at fixed env steps each.
+
+    Those whose env steps so far stay below ``learning_starts``: iteration
+    ``i = 1, 2, ...`` collects ``i * steps_per_iteration`` in all.
+    """
+    return max(math.ceil(algorithm.learning_starts / steps_per_iteration), 1) - 1
+
+
+def updates_per_iteration(algorithm: OffPolicyAlgorithm, steps_per_iteration: int) -> int:
+    """The updates :func:`updates_due` gives each iteration after the warm-up, as a static int.
+
+    Raises:
+      ValueError: when ``updates_per_step * steps_per_iteration`` is not a
+        positive whole number (a static loop needs one), or an iteration
+        collects more transitions than the buffer holds.
+    """
+    exact = algorithm.updates_per_step * steps_per_iteration
+    count = round(exact)
+    if count < 1 or not math.isclose(exact, count, rel_tol=1e-6):
+        raise ValueError(
+            f"Anakin runs a static number of updates per iteration: {algorithm.name}'s "
+            f"updates_per_step ({algorithm.updates_per_step}) x {steps_per_iteration} env steps "
+            f"per iteration is {exact:g}, not a positive whole number. Change num_envs, the "
+            "rollout length or the training intensity so that it is."
+        )
+    if steps_per_iteration > algorithm.replay_capacity:
+        raise ValueError(
+            f"An iteration collects {steps_per_iteration} transitions, more than the replay "
+            f"capacity ({algorithm.replay_capacity})."
+        )
+    return count
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:

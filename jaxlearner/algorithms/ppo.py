@@ -37,6 +37,8 @@ termination.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -46,15 +48,14 @@ import numpy as np
 import optax
 
 from jaxlearner.additional_updates import adaptive_kl_coeff
-from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
     check_positive,
     check_positive_int,
     check_schedule,
-    config_to_json,
     freeze_schedule,
-    make_config,
 )
 from jaxlearner.context import LossContext
 from jaxlearner.distribution_spec import DistributionSpec, make_distribution
@@ -64,9 +65,9 @@ from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.optimizer import CLIP_MODES, Optimizer
 from jaxlearner.returns import gae
 from jaxlearner.schedules import ScheduleLike
-from jaxlearner.spaces import bounds, space_to_json, zero_observation
+from jaxlearner.spaces import bounds, zero_observation
 from jaxlearner.state import ModuleState
-from jaxlearner.types import Batch, Params
+from jaxlearner.types import Batch, Model, Params
 
 MODULE_ID = "default_policy"
 
@@ -178,28 +179,15 @@ def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
     return loss
 
 
-def build(
+def make_learner(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
-    config: PPOConfig | dict[str, Any] | None = None,
-) -> Algorithm:
-    """PPO's :class:`~jaxlearner.algorithms.Algorithm` (learner, act and postprocess functions).
+    config: PPOConfig,
+) -> Learner:
+    """PPO's learner: one actor-critic module trained in minibatch epochs.
 
-    Args:
-      observation_space: one environment's observation space.
-      action_space: one environment's action space (``Discrete``,
-        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
-      config: a :class:`PPOConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: on unsupported spaces.
-
-    Example:
-      >>> algorithm = jl.algorithms.build(
-      ...     "ppo", env.observation_space, env.action_space)  # doctest: +SKIP
+    Use :func:`ppo` (or ``RECIPE.learner``), which also makes the typed config.
     """
-    config = make_config(PPOConfig, config)
     model = actor_critic(
         observation_space,
         action_space,
@@ -209,13 +197,25 @@ def build(
         log_std_init=config.log_std_init,
     )
     distribution = distribution_for(action_space)
+    return Learner(
+        {MODULE_ID: _module_spec(model, distribution, config)},
+        minibatch_size=config.minibatch_size,
+        num_epochs=config.num_epochs,
+        shuffle=config.shuffle,
+        batch_layout={MODULE_ID: _batch_layout(observation_space, distribution)},
+        recipe=recipe_json("ppo", observation_space, action_space, config),
+    )
+
+
+def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig) -> ModuleSpec:
+    """The module: PPO's loss, Adam, the loss coefficients and the adaptive KL coefficient."""
     optimizer = Optimizer(
         optax.adam,
         learning_rate=config.lr,
         grad_clip=config.grad_clip,
         grad_clip_by=config.grad_clip_by,
     )
-    spec = ModuleSpec(
+    return ModuleSpec(
         model,
         ppo_loss(distribution, config.use_kl_loss),
         optimizer,
@@ -229,21 +229,33 @@ def build(
         init_input=lambda batch: batch["obs"],
         metric_reductions={"mean_kl": "mean"},
     )
-    layout = _batch_layout(observation_space, distribution)
-    learner = Learner(
-        {MODULE_ID: spec},
-        minibatch_size=config.minibatch_size,
-        num_epochs=config.num_epochs,
-        shuffle=config.shuffle,
-        batch_layout={MODULE_ID: layout},
-        recipe={
-            "algorithm": "ppo",
-            "config": config_to_json(config),
-            "observation_space": space_to_json(observation_space),
-            "action_space": space_to_json(action_space),
-        },
+
+
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: PPOConfig
+) -> OnPolicyAlgorithm:
+    """PPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
+
+    They apply the learner's own model (``learner.specs["default_policy"].model``);
+    nothing is built but these functions.
+    """
+    model = learner.specs[MODULE_ID].model
+    act = _act(model, distribution_for(action_space), bounds(action_space))
+    return OnPolicyAlgorithm(
+        name="ppo",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=lambda module, obs, key: act(module, obs, key, False),
+        exploit=lambda module, obs, key: act(module, obs, key, True),
+        rollout_steps=functools.partial(_rollout_steps, config.train_batch_size),
+        postprocess=_postprocess(model, config),
     )
-    box = bounds(action_space)
+
+
+def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+    """``act(module, obs, key, deterministic)``: sample (or the mode), clipped to a ``Box``;
+    extras ``actions`` (unclipped), ``logp``, ``vf_preds`` and ``dist_inputs``."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         dist_inputs, values = model.apply(module.params, obs)
@@ -256,6 +268,12 @@ def build(
             "vf_preds": values,
             "dist_inputs": dist_inputs,
         }
+
+    return act
+
+
+def _postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
+    """GAE advantages (standardized over valid rows if configured) and value targets."""
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:
         rewards = experience["rewards"]
@@ -289,25 +307,44 @@ def build(
         }
         return jax.tree.map(lambda x: x.reshape(steps * envs, *x.shape[2:]), batch)
 
-    def rollout_steps(num_envs: int) -> int:
-        if config.train_batch_size % num_envs:
-            raise ValueError(
-                f"PPO's train_batch_size {config.train_batch_size} does not split over "
-                f"{num_envs} environments; use a multiple of num_envs."
-            )
-        return config.train_batch_size // num_envs
+    return postprocess
 
-    return Algorithm(
-        name="ppo",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
-        on_policy=True,
-        postprocess=postprocess,
-        rollout_steps=rollout_steps,
-    )
+
+def _rollout_steps(train_batch_size: int, num_envs: int) -> int:
+    if train_batch_size % num_envs:
+        raise ValueError(
+            f"PPO's train_batch_size {train_batch_size} does not split over "
+            f"{num_envs} environments; use a multiple of num_envs."
+        )
+    return train_batch_size // num_envs
+
+
+RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
+"""PPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+
+
+def build(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: PPOConfig | dict[str, Any] | None = None,
+) -> OnPolicyAlgorithm:
+    """PPO's :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (learner, act and postprocess).
+
+    Args:
+      observation_space: one environment's observation space.
+      action_space: one environment's action space (``Discrete``,
+        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
+      config: a :class:`PPOConfig`, a dict of its fields, or ``None``.
+
+    Raises:
+      ValueError: on unknown config fields (valid names listed) or invalid values.
+      TypeError: on unsupported spaces.
+
+    Example:
+      >>> algorithm = jl.algorithms.build(
+      ...     "ppo", env.observation_space, env.action_space)  # doctest: +SKIP
+    """
+    return RECIPE.build(observation_space, action_space, config)
 
 
 def ppo(
@@ -326,7 +363,7 @@ def ppo(
       >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space, {"lr": 3e-4})
       >>> state = learner.init(jax.random.key(0))
     """
-    return build(observation_space, action_space, config).learner
+    return RECIPE.learner(observation_space, action_space, config)
 
 
 def _batch_layout(observation_space: gymnasium.Space, distribution: DistributionSpec) -> dict:

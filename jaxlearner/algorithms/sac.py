@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gymnasium
@@ -80,15 +81,14 @@ import jax.numpy as jnp
 import optax
 
 from jaxlearner.additional_updates import AdditionalUpdate
-from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
     check_positive,
     check_positive_int,
     check_schedule,
-    config_to_json,
     freeze_schedule,
-    make_config,
 )
 from jaxlearner.algorithms.off_policy import (
     TD_ERROR_LOSSES,
@@ -104,11 +104,10 @@ from jaxlearner.algorithms.off_policy import (
 from jaxlearner.context import LossContext
 from jaxlearner.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.learner import Learner
-from jaxlearner.models import sac_networks
+from jaxlearner.models import SACNetworks, sac_networks
 from jaxlearner.module_spec import ModuleSpec
 from jaxlearner.optimizer import CLIP_MODES, Optimizer
 from jaxlearner.schedules import ScheduleLike
-from jaxlearner.spaces import space_to_json
 from jaxlearner.state import ModuleState
 from jaxlearner.types import Batch, Params
 
@@ -250,12 +249,7 @@ def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
         # One actor pass over obs and next_obs together.
         both = jnp.concatenate([batch["obs"], batch["next_obs"]])
         dist_inputs = ctx.apply(params, both, method="policy")
-        critic = params["params"]["critic"]
-        nets = _Params(
-            live=params,
-            target={"params": {**params["params"], "critic": ctx.extra[TARGET]}},
-            frozen={"params": {**params["params"], "critic": jax.lax.stop_gradient(critic)}},
-        )
+        nets = _param_views(params, ctx.extra[TARGET])
         q_taken, next_value, actor_objective, logps = terms(
             distribution, ctx, batch, (dist_inputs[:rows], dist_inputs[rows:]), alpha, nets
         )
@@ -265,26 +259,42 @@ def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
             masked_mean(td_error_loss(td_errors[i], td_error_loss_fn), mask)
             for i in range(td_errors.shape[0])
         )
-        actor_loss = masked_mean(actor_objective, mask)
         target_entropy = ctx.hyperparams["target_entropy"]
-        temperature_loss = -masked_mean(
-            log_alpha * jax.lax.stop_gradient(logps + target_entropy), mask
-        )
-        valid = mask > 0
-        return {"actor": actor_loss, "critic": critic_loss, "temperature": temperature_loss}, {
-            "policy_loss": actor_loss,
-            "qf_loss": critic_loss,
-            "alpha_loss": temperature_loss,
-            "alpha_value": alpha,
-            "logps": masked_mean(logps, mask),
-            "qf_mean": masked_mean(q_taken[0], mask),
-            "qf_max": jnp.max(jnp.where(valid, q_taken[0], -jnp.inf)),
-            "qf_min": jnp.min(jnp.where(valid, q_taken[0], jnp.inf)),
-            "td_error_mean": masked_mean(jnp.abs(td_errors).mean(0), mask),
-            "target_mean": masked_mean(target, mask),
+        losses = {
+            "actor": masked_mean(actor_objective, mask),
+            "critic": critic_loss,
+            "temperature": -masked_mean(
+                log_alpha * jax.lax.stop_gradient(logps + target_entropy), mask
+            ),
         }
+        return losses, _metrics(losses, alpha, logps, q_taken, td_errors, target, mask)
 
     return loss
+
+
+def _metrics(
+    losses: dict[str, jax.Array],
+    alpha: jax.Array,
+    logps: jax.Array,
+    q_taken: jax.Array,
+    td_errors: jax.Array,
+    target: jax.Array,
+    mask: jax.Array,
+) -> dict[str, jax.Array]:
+    """:func:`sac_loss`'s metrics; ``q_taken`` and ``td_errors`` are ``[critics, B]``."""
+    valid = mask > 0
+    return {
+        "policy_loss": losses["actor"],
+        "qf_loss": losses["critic"],
+        "alpha_loss": losses["temperature"],
+        "alpha_value": alpha,
+        "logps": masked_mean(logps, mask),
+        "qf_mean": masked_mean(q_taken[0], mask),
+        "qf_max": jnp.max(jnp.where(valid, q_taken[0], -jnp.inf)),
+        "qf_min": jnp.min(jnp.where(valid, q_taken[0], jnp.inf)),
+        "td_error_mean": masked_mean(jnp.abs(td_errors).mean(0), mask),
+        "target_mean": masked_mean(target, mask),
+    }
 
 
 class _Params(NamedTuple):
@@ -293,6 +303,16 @@ class _Params(NamedTuple):
     live: Params
     target: Params
     frozen: Params
+
+
+def _param_views(params: Params, target_critic: Params) -> _Params:
+    """``params`` as they are, with the target critics, and with gradient-free critics."""
+    critic = params["params"]["critic"]
+    return _Params(
+        live=params,
+        target={"params": {**params["params"], "critic": target_critic}},
+        frozen={"params": {**params["params"], "critic": jax.lax.stop_gradient(critic)}},
+    )
 
 
 def _continuous_terms(
@@ -362,12 +382,119 @@ def critic_polyak_update(tau: ScheduleLike = 5e-3) -> AdditionalUpdate:
     )
 
 
+def make_learner(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: SACConfig,
+) -> Learner:
+    """SAC's learner: one module of actor, critics and temperature, one gradient step per
+    ``update``.
+
+    Use :func:`sac` (or ``RECIPE.learner``), which also makes the typed config.
+    """
+    model = sac_networks(
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        num_critics=2 if config.twin_q else 1,
+        initial_alpha=config.initial_alpha,
+    )
+    distribution = model.distribution
+    action_dtype = jnp.int32 if distribution.is_discrete else jnp.float32
+    layout = replay_layout(observation_space, distribution.action_shape, action_dtype)
+    return Learner(
+        {MODULE_ID: _module_spec(model, action_space, config)},
+        minibatch_size=None,
+        num_epochs=1,
+        shuffle=False,
+        batch_layout={MODULE_ID: layout},
+        recipe=recipe_json("sac", observation_space, action_space, config),
+    )
+
+
+def _module_spec(
+    model: SACNetworks, action_space: gymnasium.Space, config: SACConfig
+) -> ModuleSpec:
+    """The module: the per-optimizer loss, three Adam optimizers, the target critics' update."""
+
+    def optimizer(lr: ScheduleLike) -> Optimizer:
+        clip, clip_by = config.grad_clip, config.grad_clip_by
+        return Optimizer(optax.adam, learning_rate=lr, grad_clip=clip, grad_clip_by=clip_by)
+
+    return ModuleSpec(
+        model,
+        sac_loss(model.distribution, config.td_error_loss_fn),
+        optimizers={
+            "actor": optimizer(config.actor_lr),
+            "critic": optimizer(config.critic_lr),
+            "temperature": optimizer(config.alpha_lr),
+        },
+        hyperparams={"target_entropy": target_entropy_for(action_space, config.target_entropy)},
+        additional_updates=[critic_polyak_update(config.tau)],
+        init_input=lambda batch: batch["obs"],
+        metric_reductions={"qf_max": "max", "qf_min": "min"},
+    )
+
+
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: SACConfig
+) -> OffPolicyAlgorithm:
+    """SAC around ``learner`` (one of :func:`make_learner`): act functions, transitions.
+
+    The act functions apply the learner's own networks
+    (``learner.specs["default_policy"].model``); nothing is built but functions.
+    """
+    model = learner.specs[MODULE_ID].model
+    discrete = model.distribution.is_discrete
+    act = _act(model, int(action_space.start) if discrete else 0)
+    action_dtype = jnp.int32 if discrete else jnp.float32
+
+    def transitions(experience: Experience) -> Batch:
+        return replay_transitions(experience, config.n_step, config.gamma, action_dtype)
+
+    return OffPolicyAlgorithm(
+        name="sac",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=lambda module, obs, key: act(module, obs, key, False),
+        exploit=lambda module, obs, key: act(module, obs, key, True),
+        rollout_steps=lambda num_envs: config.rollout_fragment_length,
+        transitions=transitions,
+        replay_capacity=config.replay_buffer_capacity,
+        train_batch_size=config.train_batch_size,
+        learning_starts=config.num_steps_sampled_before_learning_starts,
+        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+    )
+
+
+def _act(model: SACNetworks, start: int) -> Callable:
+    """``act(module, obs, key, deterministic)``: a sample (or the mode) of the policy; a
+    ``Discrete`` space's ``start`` is added for the environment, the index trained on."""
+
+    def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
+        dist_inputs = model.apply(module.params, obs, method="policy")
+        policy = make_distribution(model.distribution, dist_inputs)
+        actions = policy.mode() if deterministic else policy.sample(key)
+        if start == 0:
+            return actions, {}
+        return actions + start, {"actions": actions}
+
+    return act
+
+
+RECIPE = BuiltinAlgorithm("sac", SACConfig, make_learner, make_algorithm)
+"""SAC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+
+
 def build(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
     config: SACConfig | dict[str, Any] | None = None,
-) -> Algorithm:
-    """SAC's :class:`~jaxlearner.algorithms.Algorithm` (learner, act functions, transitions).
+) -> OffPolicyAlgorithm:
+    """SAC's :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (learner, act functions,
+    transitions).
 
     Args:
       observation_space: one environment's observation space.
@@ -384,78 +511,7 @@ def build(
       >>> algorithm = jl.algorithms.build(
       ...     "sac", env.observation_space, env.action_space)  # doctest: +SKIP
     """
-    config = make_config(SACConfig, config)
-    model = sac_networks(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        num_critics=2 if config.twin_q else 1,
-        initial_alpha=config.initial_alpha,
-    )
-    distribution = model.distribution
-    discrete = distribution.is_discrete
-    start = int(action_space.start) if discrete else 0
-
-    def optimizer(lr: ScheduleLike) -> Optimizer:
-        clip, clip_by = config.grad_clip, config.grad_clip_by
-        return Optimizer(optax.adam, learning_rate=lr, grad_clip=clip, grad_clip_by=clip_by)
-
-    spec = ModuleSpec(
-        model,
-        sac_loss(distribution, config.td_error_loss_fn),
-        optimizers={
-            "actor": optimizer(config.actor_lr),
-            "critic": optimizer(config.critic_lr),
-            "temperature": optimizer(config.alpha_lr),
-        },
-        hyperparams={"target_entropy": target_entropy_for(action_space, config.target_entropy)},
-        additional_updates=[critic_polyak_update(config.tau)],
-        init_input=lambda batch: batch["obs"],
-        metric_reductions={"qf_max": "max", "qf_min": "min"},
-    )
-    action_dtype = jnp.int32 if discrete else jnp.float32
-    learner = Learner(
-        {MODULE_ID: spec},
-        minibatch_size=None,
-        num_epochs=1,
-        shuffle=False,
-        batch_layout={
-            MODULE_ID: replay_layout(observation_space, distribution.action_shape, action_dtype)
-        },
-        recipe={
-            "algorithm": "sac",
-            "config": config_to_json(config),
-            "observation_space": space_to_json(observation_space),
-            "action_space": space_to_json(action_space),
-        },
-    )
-
-    def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
-        policy = make_distribution(distribution, model.apply(module.params, obs, method="policy"))
-        actions = policy.mode() if deterministic else policy.sample(key)
-        if start == 0:
-            return actions, {}
-        return actions + start, {"actions": actions}
-
-    def transitions(experience: Experience) -> Batch:
-        return replay_transitions(experience, config.n_step, config.gamma, action_dtype)
-
-    return Algorithm(
-        name="sac",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
-        on_policy=False,
-        transitions=transitions,
-        rollout_steps=lambda num_envs: config.rollout_fragment_length,
-        replay_capacity=config.replay_buffer_capacity,
-        train_batch_size=config.train_batch_size,
-        learning_starts=config.num_steps_sampled_before_learning_starts,
-        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
-    )
+    return RECIPE.build(observation_space, action_space, config)
 
 
 def sac(
@@ -476,4 +532,4 @@ def sac(
       >>> learner = jl.algorithms.sac(env.observation_space, env.action_space)
       >>> state = learner.init(jax.random.key(0))
     """
-    return build(observation_space, action_space, config).learner
+    return RECIPE.learner(observation_space, action_space, config)
