@@ -38,7 +38,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ppo_workload import machine, write_results
 
 import jaxlearner as jl
-from jaxlearner import anakin, envs
+from jaxlearner import anakin
+from jaxlearner.anakin import envs
 
 THRESHOLD = 475.0
 NUM_ENVS = 16

@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ppo_workload import machine, write_results
 
-from jaxlearner.loggers import read_json_lines
+from jaxlearner.training.loggers import read_json_lines
 
 THRESHOLDS = {"ppo": 475.0, "dqn": 400.0, "sac": -250.0}
 
@@ -34,7 +34,7 @@ def run_once(algorithm: str, seed: int, folder: pathlib.Path) -> dict[str, float
         [
             sys.executable,
             "-m",
-            "jaxlearner.cli",
+            "jaxlearner.training.cli",
             "train",
             algorithm,
             "--out",

@@ -49,8 +49,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ppo_workload as w
 
 import jaxlearner as jl
-from jaxlearner import replay_buffer
-from jaxlearner.distribution_spec import make_distribution
+from jaxlearner.algorithms import replay_buffer
+from jaxlearner.algorithms.distribution_spec import make_distribution
 
 MODULE_ID = "default_policy"
 

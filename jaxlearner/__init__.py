@@ -17,26 +17,27 @@ Example:
 import importlib
 from typing import TYPE_CHECKING
 
-from jaxlearner import distributed
-from jaxlearner.additional_updates import (
+from jaxlearner.core import distributed
+from jaxlearner.core.additional_updates import (
     AdditionalUpdate,
     adaptive_kl_coeff,
     periodic_copy,
     polyak_update,
 )
-from jaxlearner.context import LossContext
-from jaxlearner.group import LearnerGroup
-from jaxlearner.hyperparams import with_hyperparams
-from jaxlearner.learner import Learner
-from jaxlearner.learner_config import LearnerConfig
-from jaxlearner.metrics import ALL_MODULES
-from jaxlearner.module_spec import ModuleSpec
-from jaxlearner.optimizer import DEFAULT_OPTIMIZER, Optimizer
-from jaxlearner.placement import Placement
-from jaxlearner.registry import learner_from_recipe, register_recipe, registered_recipes
-from jaxlearner.schedules import Schedule, piecewise_schedule
-from jaxlearner.state import LearnerState, ModuleState
-from jaxlearner.stop_conditions import (
+from jaxlearner.core.context import LossContext
+from jaxlearner.core.group import LearnerGroup
+from jaxlearner.core.hyperparams import with_hyperparams
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.learner_config import LearnerConfig
+from jaxlearner.core.metrics import ALL_MODULES
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer
+from jaxlearner.core.placement import Placement
+from jaxlearner.core.registry import learner_from_recipe, register_recipe, registered_recipes
+from jaxlearner.core.schedules import Schedule, piecewise_schedule
+from jaxlearner.core.state import LearnerState, ModuleState
+from jaxlearner.core.update import make_update
+from jaxlearner.training.stop_conditions import (
     All,
     AllOf,
     Any,
@@ -50,30 +51,22 @@ from jaxlearner.stop_conditions import (
     StopsDecreasing,
     StopsIncreasing,
 )
-from jaxlearner.update import make_update
 
 UpdateConfig = LearnerConfig
 """The old name of :class:`LearnerConfig` (one config now serves the learner and its update)."""
 
 if TYPE_CHECKING:
-    from jaxlearner import (
-        algorithms,
-        anakin,
-        envs,
-        loggers,
-        plotting,
-        replay_buffer,
-        rollouts,
-        sweeps,
-        video,
-    )
+    from jaxlearner import algorithms, anakin
+    from jaxlearner.algorithms import replay_buffer
+    from jaxlearner.anakin import envs, rollouts, sweeps
     from jaxlearner.checkpoint import (
         CheckpointCorruptedError,
         CheckpointManager,
         CheckpointOptions,
         restore,
     )
-    from jaxlearner.trainer import Trainer
+    from jaxlearner.training import loggers, plotting, video
+    from jaxlearner.training.trainer import Trainer
 
 # The learner core imports neither orbax nor gymnasium; these load on first use.
 _LAZY = {
@@ -81,24 +74,28 @@ _LAZY = {
     "CheckpointManager": "jaxlearner.checkpoint",
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
-    "Trainer": "jaxlearner.trainer",
-    "algorithms": None,
-    "anakin": None,
-    "envs": None,
-    "loggers": None,
-    "plotting": None,
-    "replay_buffer": None,
-    "rollouts": None,
-    "sweeps": None,
-    "video": None,
+    "Trainer": "jaxlearner.training.trainer",
+}
+# Sub-modules reachable as jl.NAME, loaded on first use.
+_LAZY_MODULES = {
+    "algorithms": "jaxlearner.algorithms",
+    "anakin": "jaxlearner.anakin",
+    "envs": "jaxlearner.anakin.envs",
+    "rollouts": "jaxlearner.anakin.rollouts",
+    "sweeps": "jaxlearner.anakin.sweeps",
+    "replay_buffer": "jaxlearner.algorithms.replay_buffer",
+    "loggers": "jaxlearner.training.loggers",
+    "plotting": "jaxlearner.training.plotting",
+    "video": "jaxlearner.training.video",
 }
 
 
 def __getattr__(name: str) -> object:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'jaxlearner' has no attribute {name!r}")
-    module = importlib.import_module(_LAZY[name] or f"jaxlearner.{name}")
-    return module if _LAZY[name] is None else getattr(module, name)
+    if name in _LAZY_MODULES:
+        return importlib.import_module(_LAZY_MODULES[name])
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'jaxlearner' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

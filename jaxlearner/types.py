@@ -1,20 +1,17 @@
 """Type aliases and protocols shared across jaxlearner.
 
-Everything a user passes in as behaviour (models, losses, additional updates)
-is described here by a ``Protocol``, so any object of the right shape works:
-a ``flax.linen.Module`` is a :class:`Model`, a plain function is a
-:class:`LossFn`.
+Behaviour a user passes in is described by a ``Protocol``, so any object of
+the right shape works: a ``flax.linen.Module`` is a :class:`Model`; the loss
+protocols live beside the context a loss receives, in
+:mod:`jaxlearner.core.context`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import jax
-
-if TYPE_CHECKING:
-    from jaxlearner.context import LossContext
 
 PyTree: TypeAlias = Any
 """Any JAX pytree (nested dicts, lists, tuples, dataclasses of arrays)."""
@@ -33,9 +30,6 @@ Reduction: TypeAlias = Literal["mean", "sum", "min", "max", "last"]
 
 REDUCTIONS: tuple[str, ...] = ("mean", "sum", "min", "max", "last")
 
-LossValue: TypeAlias = jax.Array | Mapping[str, jax.Array]
-"""A scalar loss, or one scalar per named optimizer of the module."""
-
 
 class Model(Protocol):
     """Anything with flax.linen's ``init``/``apply`` pair.
@@ -47,38 +41,6 @@ class Model(Protocol):
     def init(self, rngs: Any, *args: Any, **kwargs: Any) -> Params: ...
 
     def apply(self, variables: Params, *args: Any, **kwargs: Any) -> Any: ...
-
-
-class LossFn(Protocol):
-    """A module's loss: ``loss(params, batch, ctx) -> (loss, metrics)``.
-
-    Pure: hyperparameters come from ``ctx.hyperparams`` and ``ctx.extra``,
-    randomness from ``ctx.key``, the model from ``ctx.apply``. ``loss`` is a
-    scalar, or a mapping ``{optimizer_name: scalar}`` when each named
-    optimizer of the module follows the gradient of its own loss term (as in
-    SAC's actor, critic and temperature losses).
-    """
-
-    def __call__(
-        self, params: Params, batch: Batch, ctx: LossContext
-    ) -> tuple[LossValue, Metrics]: ...
-
-
-class JointLossFn(Protocol):
-    """A learner-level loss over several modules at once.
-
-    ``joint_loss(params, batch, ctx) -> (scalar, metrics)`` where ``params``,
-    ``batch`` and ``ctx`` are mappings from module id to that module's
-    params, batch and :class:`~jaxlearner.LossContext`. Gradients flow to
-    every module being trained.
-    """
-
-    def __call__(
-        self,
-        params: Mapping[str, Params],
-        batch: Mapping[str, Batch],
-        ctx: Mapping[str, LossContext],
-    ) -> tuple[jax.Array, Metrics]: ...
 
 
 ScheduleFn: TypeAlias = Callable[[jax.Array], jax.Array]

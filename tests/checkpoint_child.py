@@ -18,9 +18,9 @@ import jax
 import numpy as np
 import optax
 
-from jaxlearner.checkpoint import CheckpointManager
-from jaxlearner.learner import Learner
-from jaxlearner.module_spec import ModuleSpec
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
 
 BALLAST = 2**21  # float32s: 8 MiB per save
 

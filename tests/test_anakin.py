@@ -12,8 +12,10 @@ import pytest
 from helpers import DQN_CARTPOLE, assert_trees_close
 
 import jaxlearner as jl
-from jaxlearner import anakin, envs, plotting, rollouts, sweeps
-from jaxlearner.hyperparams import check_constant, hyperparam_names, with_hyperparams
+from jaxlearner import anakin
+from jaxlearner.anakin import envs, rollouts, sweeps
+from jaxlearner.core.hyperparams import check_constant, hyperparam_names, with_hyperparams
+from jaxlearner.training import plotting
 
 CARTPOLE = envs.make("CartPole-v1")
 TINY_PPO = {

@@ -8,7 +8,7 @@ import pytest
 from helpers import maybe_jit, mse_loss, regression_batch
 
 import jaxlearner as jl
-from jaxlearner.batch import epoch_blocks, minibatch_plan
+from jaxlearner.core.batch import epoch_blocks, minibatch_plan
 
 
 def test_epoch_blocks_in_order_without_shuffle(jit):

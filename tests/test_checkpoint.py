@@ -26,13 +26,13 @@ from checkpoint_child import state_after
 from helpers import ActorCritic, actor_critic_loss, assert_trees_close, mse_loss, regression_batch
 
 import jaxlearner as jl
-from jaxlearner.checkpoint import (
+from jaxlearner.checkpoint.manager import (
     CheckpointCorruptedError,
     CheckpointManager,
     _resolve_directory,
     restore,
 )
-from jaxlearner.registry import learner_from_recipe, register_recipe, registered_recipes
+from jaxlearner.core.registry import learner_from_recipe, register_recipe, registered_recipes
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
 
@@ -228,7 +228,7 @@ def test_restored_state_reuses_the_compiled_update(tmp_path):
 def test_metadata_describes_the_step(saved):
     directory, state = saved
     meta = CheckpointManager(directory, read_only=True).metadata()
-    assert meta["format"] == "jaxlearner.checkpoint" and meta["step"] == 3
+    assert meta["format"] == "jaxlearner.checkpoint.manager" and meta["step"] == 3
     assert {"jaxlearner", "jax", "flax", "optax", "orbax-checkpoint"} <= set(meta["versions"])
     assert meta["versions"]["jax"] == jax.__version__
     ac = meta["modules"]["ac"]
@@ -646,7 +646,7 @@ def test_registry_validation(toy_recipe):
 def test_built_in_algorithms_and_user_recipes_share_one_registry(toy_recipe):
     import gymnasium as gym
 
-    from jaxlearner.registry import AlgorithmRecipe, algorithm_names, algorithm_recipe
+    from jaxlearner.core.registry import AlgorithmRecipe, algorithm_names, algorithm_recipe
 
     assert {"ppo", "dqn", "sac", "toy_regression"} <= set(registered_recipes())
     assert set(algorithm_names()) >= {"ppo", "dqn", "sac"}
@@ -687,7 +687,7 @@ def test_no_pickle_on_the_checkpoint_path(saved, tmp_path, monkeypatch):
     importing_orbax = {
         str(p.relative_to(package)) for p in sources if "orbax" in _imported_modules(p)
     }
-    assert importing_orbax == {"checkpoint.py"}
+    assert importing_orbax == {"checkpoint/manager.py"}
 
     def refuse(*args, **kwargs):
         raise AssertionError("pickle was used on the checkpoint path")

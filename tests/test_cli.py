@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from jaxlearner.cli import main
-from jaxlearner.loggers import read_json_lines
+from jaxlearner.training.cli import main
+from jaxlearner.training.loggers import read_json_lines
 
 TINY = [
     "--max-steps",
@@ -105,7 +105,7 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path, run):
 
 def test_help_runs_as_a_module():
     result = subprocess.run(
-        [sys.executable, "-m", "jaxlearner.cli", "train", "--help"],
+        [sys.executable, "-m", "jaxlearner.training.cli", "train", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

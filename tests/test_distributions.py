@@ -7,8 +7,8 @@ import pytest
 from helpers import maybe_jit
 from scipy import integrate, special, stats
 
-from jaxlearner.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.distributions import (
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.distributions import (
     Categorical,
     DiagGaussian,
     MultiCategorical,

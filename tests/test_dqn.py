@@ -11,9 +11,9 @@ import pytest
 from helpers import DQN_CARTPOLE, maybe_jit, tree_equal
 
 import jaxlearner as jl
-from jaxlearner import replay_buffer
+from jaxlearner.algorithms import replay_buffer
 from jaxlearner.algorithms.dqn import dqn_loss
-from jaxlearner.env_runner import EnvRunner
+from jaxlearner.training.env_runner import EnvRunner
 
 CARTPOLE = gym.make("CartPole-v1")
 SMALL = {"hidden_sizes": (8,), "num_steps_sampled_before_learning_starts": 0}

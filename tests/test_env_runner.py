@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxlearner.env_runner import EnvRunner, evaluate, make_vector_env
+from jaxlearner.training.env_runner import EnvRunner, evaluate, make_vector_env
 
 
 def random_discrete(params, obs, key):

@@ -34,7 +34,7 @@ import pytest
 from gymnasium.envs.classic_control.pendulum import angle_normalize as gym_angle_normalize
 from helpers import assert_trees_close, maybe_jit, tree_equal
 
-from jaxlearner.envs import (
+from jaxlearner.anakin.envs import (
     CartPole,
     CartPoleState,
     Environment,
@@ -46,8 +46,8 @@ from jaxlearner.envs import (
     pendulum,
     registered_ids,
 )
-from jaxlearner.envs.environment import reset_episode, step_with_auto_reset
-from jaxlearner.envs.gymnax import from_gymnax, to_gymnasium_space
+from jaxlearner.anakin.envs.environment import reset_episode, step_with_auto_reset
+from jaxlearner.anakin.envs.gymnax import from_gymnax, to_gymnasium_space
 
 ENV_IDS = ("CartPole-v1", "Pendulum-v1")
 
@@ -696,7 +696,7 @@ def test_gymnax_adapter_on_a_gymnax_shaped_environment(jit):
 
 def test_gymnax_pendulum_matches_the_native_one():
     gymnax = pytest.importorskip("gymnax")
-    from jaxlearner.envs.gymnax import make_gymnax
+    from jaxlearner.anakin.envs.gymnax import make_gymnax
 
     adapted, native = make_gymnax("Pendulum-v1"), make("Pendulum-v1")
     assert adapted.max_episode_steps == 200

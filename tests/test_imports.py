@@ -9,24 +9,16 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxlearner"
 
 # Which of the package's modules may import each outside library (paths relative to it).
 ALLOWED = {
-    "orbax": {"checkpoint.py"},
-    "gymnasium": {
-        "env_runner.py",
-        "spaces.py",
-        "encoders.py",
-        "models.py",
-        "cli.py",
-        "envs/*",
-        "algorithms/*",
-    },
-    "matplotlib": {"cli.py", "plotting.py"},
-    "tensorboardX": {"loggers.py"},
-    "mlflow": {"loggers.py"},
-    "tqdm": {"loggers.py"},
-    "gymnax": {"envs/gymnax.py"},
-    "PIL": {"video.py"},
-    "imageio": {"video.py"},
-    "imageio_ffmpeg": {"video.py"},
+    "orbax": {"checkpoint/manager.py"},
+    "gymnasium": {"training/env_runner.py", "training/cli.py", "algorithms/*", "anakin/envs/*"},
+    "matplotlib": {"training/cli.py", "training/plotting.py"},
+    "tensorboardX": {"training/loggers.py"},
+    "mlflow": {"training/loggers.py"},
+    "tqdm": {"training/loggers.py"},
+    "gymnax": {"anakin/envs/gymnax.py"},
+    "PIL": {"training/video.py"},
+    "imageio": {"training/video.py"},
+    "imageio_ffmpeg": {"training/video.py"},
 }
 
 
@@ -175,5 +167,45 @@ def test_the_package_modules_form_no_import_cycle():
     paths = sorted(PACKAGE.rglob("*.py"))
     modules = {module_name(path) for path in paths}
     graph = {module_name(path): module_level_imports(path, modules) for path in paths}
-    assert graph["jaxlearner.algorithms"] >= {"jaxlearner.registry", "jaxlearner.learner"}
+    assert graph["jaxlearner.algorithms"] >= {"jaxlearner.core.registry", "jaxlearner.core.learner"}
     assert cycles(graph) == []
+
+
+# Each sub-package may import from the layers before it in this list (and from its own).
+LAYERS = [
+    {"types", "errors"},
+    {"core"},
+    {"algorithms", "checkpoint"},
+    {"training", "anakin"},
+]
+
+
+def layer_of(module):
+    """The index in LAYERS of a module's sub-package; None for the root package."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return None  # jaxlearner/__init__.py re-exports from every layer
+    return next(i for i, names in enumerate(LAYERS) if parts[1] in names)
+
+
+def test_layers_import_downward_only():
+    """core/ needs no algorithm, checkpoint or driver; algorithms/ and checkpoint/ need no driver
+    and not each other; training/ and anakin/ sit on top. Top-level and TYPE_CHECKING imports
+    count; lazy imports inside functions (the registry's import of the built-in algorithms)
+    do not."""
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+    upward = []
+    for path in paths:
+        source = module_name(path)
+        if layer_of(source) is None:
+            continue
+        for target in module_level_imports(path, modules):
+            if layer_of(target) is None:
+                upward.append(f"{source} imports the root package")
+                continue
+            same_layer = layer_of(target) == layer_of(source)
+            sibling = same_layer and target.split(".")[1] != source.split(".")[1]
+            if layer_of(target) > layer_of(source) or (sibling and layer_of(source) == 2):
+                upward.append(f"{source} imports {target}")
+    assert upward == []

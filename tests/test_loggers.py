@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlearner.loggers import (
+from jaxlearner.training.loggers import (
     ConsoleWriter,
     JSONLinesWriter,
     MLflowWriter,

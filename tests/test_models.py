@@ -9,16 +9,16 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
-from jaxlearner.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.distributions import (
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.distributions import (
     Categorical,
     DiagGaussian,
     MultiCategorical,
     TanhGaussian,
 )
-from jaxlearner.encoders import CNN, MLP, Encoder, encoder_for
-from jaxlearner.models import actor_critic, distribution_for, q_network, sac_networks
-from jaxlearner.optimizer import label_params
+from jaxlearner.algorithms.encoders import CNN, MLP, Encoder, encoder_for
+from jaxlearner.algorithms.models import actor_critic, distribution_for, q_network, sac_networks
+from jaxlearner.core.optimizer import label_params
 
 spaces = gymnasium.spaces
 BOX = spaces.Box(-1.0, 1.0, (4,))

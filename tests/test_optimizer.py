@@ -8,7 +8,7 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
-from jaxlearner.optimizer import clip_gradients, label_params, learning_rate
+from jaxlearner.core.optimizer import clip_gradients, label_params, learning_rate
 
 GRADS = {"a": jnp.asarray([3.0, -4.0]), "b": jnp.asarray([[12.0]])}  # norms 5 and 12; global 13
 

@@ -8,9 +8,9 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
+from jaxlearner.algorithms.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.ppo import ppo_loss
-from jaxlearner.distribution_spec import DistributionSpec
-from jaxlearner.env_runner import EnvRunner
+from jaxlearner.training.env_runner import EnvRunner
 
 CARTPOLE = gym.make("CartPole-v1")
 

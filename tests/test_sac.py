@@ -12,10 +12,10 @@ import pytest
 from helpers import maybe_jit, tree_equal
 
 import jaxlearner as jl
-from jaxlearner import replay_buffer
+from jaxlearner.algorithms import replay_buffer
+from jaxlearner.algorithms.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.sac import sac_loss, target_entropy_for
-from jaxlearner.distribution_spec import DistributionSpec
-from jaxlearner.env_runner import EnvRunner
+from jaxlearner.training.env_runner import EnvRunner
 
 PENDULUM = gym.make("Pendulum-v1")
 CARTPOLE = gym.make("CartPole-v1")

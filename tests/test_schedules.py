@@ -7,7 +7,7 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
-from jaxlearner.schedules import as_schedule, current_value, initial_value
+from jaxlearner.core.schedules import as_schedule, current_value, initial_value
 
 
 @pytest.mark.parametrize(

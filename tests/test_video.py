@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jaxlearner.env_runner import EnvRunner
-from jaxlearner.video import fps_of, record_episode, write_video
+from jaxlearner.training.env_runner import EnvRunner
+from jaxlearner.training.video import fps_of, record_episode, write_video
 
 
 def push_left(params, obs, key):

@@ -2,7 +2,7 @@
 
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
-...) in the one recipe registry (:mod:`jaxlearner.registry`), which makes its
+...) in the one recipe registry (:mod:`jaxlearner.core.registry`), which makes its
 learner, its algorithm, or the algorithm around an existing learner. An
 algorithm is of one of two kinds: an :class:`OnPolicyAlgorithm` (PPO) or an
 :class:`OffPolicyAlgorithm` (DQN, SAC); :data:`Algorithm` is either.
@@ -36,8 +36,8 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
-from jaxlearner.learner import Learner
-from jaxlearner.registry import (
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.registry import (
     algorithm_names,
     algorithm_recipe,
     learner_from_recipe,

@@ -11,7 +11,7 @@ and how to turn experience into training batches, and that differs by kind:
   batches sampled from it (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`).
 
 Both are final frozen values of pure functions around one learner; the
-:class:`~jaxlearner.Trainer`, :mod:`jaxlearner.anakin` and the command line
+:class:`~jaxlearner.Trainer`, :mod:`jaxlearner.anakin.train` and the command line
 choose what to do by the kind, once, and your own loop can too.
 :data:`Algorithm` is either kind.
 
@@ -31,8 +31,8 @@ from typing import Any, TypeAlias, final
 
 import jax
 
-from jaxlearner.learner import Learner
-from jaxlearner.state import ModuleState
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch
 
 ActFn: TypeAlias = Callable[

@@ -27,8 +27,8 @@ import gymnasium
 
 from jaxlearner.algorithms.algorithm import Algorithm
 from jaxlearner.algorithms.config import config_from_json, config_to_json, make_config
-from jaxlearner.learner import Learner
-from jaxlearner.spaces import space_from_json, space_to_json
+from jaxlearner.algorithms.spaces import space_from_json, space_to_json
+from jaxlearner.core.learner import Learner
 
 MakeLearner: TypeAlias = Callable[[gymnasium.Space, gymnasium.Space, Any], Learner]
 """``make_learner(observation_space, action_space, config) -> Learner``, ``config`` typed.
@@ -49,7 +49,7 @@ def recipe_json(
     """The JSON recipe of a built-in learner: its algorithm, typed config and spaces.
 
     Raises:
-      TypeError: for a space that has no JSON form (see :mod:`jaxlearner.spaces`).
+      TypeError: for a space that has no JSON form (see :mod:`jaxlearner.algorithms.spaces`).
 
     Example:
       >>> recipe_json("ppo", env.observation_space, env.action_space, PPOConfig())
@@ -69,7 +69,7 @@ def recipe_json(
 class BuiltinAlgorithm:
     """A built-in algorithm: its name, config type and how to make its learner and algorithm.
 
-    A :class:`~jaxlearner.registry.AlgorithmRecipe`: calling it with a recipe
+    A :class:`~jaxlearner.core.registry.AlgorithmRecipe`: calling it with a recipe
     rebuilds the learner, so it registers with
     :func:`~jaxlearner.register_recipe` like any recipe builder.
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from jaxlearner.schedules import as_schedule
+from jaxlearner.core.schedules import as_schedule
 
 ConfigT = TypeVar("ConfigT")
 

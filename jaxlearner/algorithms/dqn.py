@@ -80,7 +80,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.additional_updates import AdditionalUpdate, periodic_copy
 from jaxlearner.algorithms.algorithm import ActFn, Experience, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
@@ -90,6 +89,7 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
+from jaxlearner.algorithms.models import q_network
 from jaxlearner.algorithms.off_policy import (
     TD_ERROR_LOSSES,
     check_choice,
@@ -101,13 +101,13 @@ from jaxlearner.algorithms.off_policy import (
     td_error_loss,
     updates_per_step,
 )
-from jaxlearner.context import LossContext
-from jaxlearner.learner import Learner
-from jaxlearner.models import q_network
-from jaxlearner.module_spec import ModuleSpec
-from jaxlearner.optimizer import CLIP_MODES, Optimizer
-from jaxlearner.schedules import ScheduleLike, current_value
-from jaxlearner.state import ModuleState
+from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy
+from jaxlearner.core.context import LossContext
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.schedules import ScheduleLike, current_value
+from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
 
 MODULE_ID = "default_policy"

@@ -25,11 +25,11 @@ targets, with fewer real rewards. Collect rollouts several times longer than
 Rows are never dropped, so shapes stay static (one compilation) and the buffer
 sees ``T * N`` rows per rollout; rows of reset-only steps (gymnasium's
 ``NEXT_STEP`` autoreset, ``valid`` False) get ``mask`` 0, and the losses
-average over ``mask``. The :class:`~jaxlearner.env_runner.EnvRunner`'s own
+average over ``mask``. The :class:`~jaxlearner.training.env_runner.EnvRunner`'s own
 environments autoreset in the same step, so there all rows are valid.
 
 Training from the buffer is written once, here, for the
-:class:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin` alike:
+:class:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin.train` alike:
 :func:`make_replay_updates` is the compiled "sample, then update" loop;
 :func:`updates_due` says how many updates an iteration runs (none before
 ``learning_starts`` env steps, then ``updates_per_step`` per env step, the
@@ -47,11 +47,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner import replay_buffer
+from jaxlearner.algorithms import replay_buffer
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
-from jaxlearner.returns import n_step_rewards
-from jaxlearner.spaces import zero_observation
-from jaxlearner.state import LearnerState
+from jaxlearner.algorithms.returns import n_step_rewards
+from jaxlearner.algorithms.spaces import zero_observation
+from jaxlearner.core.state import LearnerState
 from jaxlearner.types import Batch, Metrics
 
 TD_ERROR_LOSSES: tuple[str, ...] = ("huber", "mse")

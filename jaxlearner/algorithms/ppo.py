@@ -47,7 +47,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlearner.additional_updates import adaptive_kl_coeff
 from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
@@ -57,16 +56,17 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.context import LossContext
-from jaxlearner.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.learner import Learner
-from jaxlearner.models import actor_critic, distribution_for
-from jaxlearner.module_spec import ModuleSpec
-from jaxlearner.optimizer import CLIP_MODES, Optimizer
-from jaxlearner.returns import gae
-from jaxlearner.schedules import ScheduleLike
-from jaxlearner.spaces import bounds, zero_observation
-from jaxlearner.state import ModuleState
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.returns import gae
+from jaxlearner.algorithms.spaces import bounds, zero_observation
+from jaxlearner.core.additional_updates import adaptive_kl_coeff
+from jaxlearner.core.context import LossContext
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.schedules import ScheduleLike
+from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
 
 MODULE_ID = "default_policy"

@@ -35,7 +35,7 @@ field                                         default      meaning (RLlib's name
 The learning rates are schedulable. RLlib's actor learning rate is ten times
 smaller than the critic's (3e-5); the SAC papers use 3e-4 for all three.
 
-One module, ``"default_policy"`` (:func:`~jaxlearner.models.sac_networks`),
+One module, ``"default_policy"`` (:func:`~jaxlearner.algorithms.models.sac_networks`),
 with three named optimizers ``actor``, ``critic`` and ``temperature``, each
 following the gradient of its own term of the per-optimizer loss
 (:func:`sac_loss`). With ``alpha = exp(log_alpha)``, ``(a', logp')`` sampled
@@ -80,7 +80,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.additional_updates import AdditionalUpdate
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
@@ -90,6 +89,8 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.off_policy import (
     TD_ERROR_LOSSES,
     check_choice,
@@ -101,14 +102,13 @@ from jaxlearner.algorithms.off_policy import (
     td_error_loss,
     updates_per_step,
 )
-from jaxlearner.context import LossContext
-from jaxlearner.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.learner import Learner
-from jaxlearner.models import SACNetworks, sac_networks
-from jaxlearner.module_spec import ModuleSpec
-from jaxlearner.optimizer import CLIP_MODES, Optimizer
-from jaxlearner.schedules import ScheduleLike
-from jaxlearner.state import ModuleState
+from jaxlearner.core.additional_updates import AdditionalUpdate
+from jaxlearner.core.context import LossContext
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.schedules import ScheduleLike
+from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Params
 
 MODULE_ID = "default_policy"
@@ -209,7 +209,7 @@ def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
     The batch holds ``[B]`` replay rows ``obs``, ``actions``, ``rewards``,
     ``next_obs``, ``discounts`` and ``mask`` (see
     :mod:`jaxlearner.algorithms.off_policy`). ``ctx.apply`` is a
-    :class:`~jaxlearner.models.SACNetworks`' ``apply`` (methods ``policy``,
+    :class:`~jaxlearner.algorithms.models.SACNetworks`' ``apply`` (methods ``policy``,
     ``q_values``, ``log_alpha``); the target critics' params are
     ``ctx.extra["target_critic"]`` and the target entropy is
     ``ctx.hyperparams["target_entropy"]``. For ``Box`` actions, ``ctx.key`` is

@@ -1,0 +1,509 @@
+"""Flax models built from gymnasium spaces: PPO's actor-critic, DQN's Q-network, SAC's.
+
+The ``*_for`` and factory
+functions read a space's ``shape``, ``n``, ``nvec``, ``low`` and ``high`` and
+build ``flax.linen`` modules whose fields are plain hashable values, so the
+modules themselves know nothing of gymnasium.
+
+Outputs and parameter paths (``params["params"][...]``):
+
+* :func:`actor_critic` (PPO): ``obs -> (dist_inputs [..., P], value [...])``;
+  ``make_distribution(distribution_for(action_space), dist_inputs)`` gives the
+  policy. Submodules ``actor`` and ``critic``, plus ``encoder`` when shared.
+* :func:`q_network` (DQN): ``obs -> q [..., n]``.
+* :func:`sac_networks` (SAC): methods ``policy``, ``q_values`` and
+  ``log_alpha`` on submodules ``actor``, ``critic`` (``num_critics`` stacked
+  critics, params with a leading ``[num_critics]`` axis) and ``temperature``
+  (one param, ``log_alpha``), so optimizers named ``actor``, ``critic`` and
+  ``temperature`` each find their params.
+
+Hidden layers use orthogonal initialisation with gain ``sqrt(2)``; the policy
+head gain 0.01 and value and Q heads gain 1 (as in Andrychowicz et al. 2020,
+https://arxiv.org/abs/2006.05990).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.algorithms.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.encoders import MLP, encoder_for, orthogonal_dense
+
+ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box (1-D)")
+
+
+def distribution_for(action_space: gymnasium.Space, squash: bool = False) -> DistributionSpec:
+    """The :class:`~jaxlearner.algorithms.distributions.DistributionSpec` for an action space.
+
+    * ``Discrete(n)``: ``"categorical"``; actions are indices in ``[0, n)``
+      (add ``space.start`` before ``env.step`` when it is not 0).
+    * ``MultiDiscrete(nvec)`` (1-D): ``"multi_categorical"`` with sizes
+      ``nvec``; ``MultiBinary(n)`` (1-D): ``"multi_categorical"`` with sizes
+      ``(2,) * n``.
+    * ``Box`` (1-D): ``"diag_gaussian"`` (clip actions to the bounds in the
+      environment loop), or with ``squash=True`` ``"tanh_gaussian"`` rescaled
+      to ``[low, high]`` (no rescale when the bounds are ``[-1, 1]``).
+
+    Args:
+      action_space: the environment's (single) action space.
+      squash: for ``Box``, squash with ``tanh`` into the bounds (SAC).
+
+    Returns:
+      The spec; its ``num_inputs`` is the size of the policy head's output.
+
+    Raises:
+      TypeError: for unsupported spaces (``Dict``, ``Tuple``, ``Text``, ...).
+      ValueError: for a multi-dimensional ``Box``, ``MultiDiscrete`` or
+        ``MultiBinary``, or ``squash=True`` with infinite bounds.
+
+    Example:
+      >>> spec = distribution_for(gymnasium.spaces.Box(-2.0, 2.0, (3,)), squash=True)
+      >>> spec.kind, spec.num_inputs, spec.high
+      ('tanh_gaussian', 6, (2.0, 2.0, 2.0))
+    """
+    spaces = gymnasium.spaces
+    if isinstance(action_space, spaces.Discrete):
+        return DistributionSpec("categorical", (int(action_space.n),))
+    vector_spaces = spaces.MultiDiscrete | spaces.MultiBinary | spaces.Box
+    if isinstance(action_space, vector_spaces) and len(action_space.shape) != 1:
+        raise ValueError(
+            f"distribution_for supports 1-D {type(action_space).__name__} action spaces; got "
+            f"shape {action_space.shape} ({action_space!r}). Flatten the actions."
+        )
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return DistributionSpec("multi_categorical", tuple(int(n) for n in action_space.nvec))
+    if isinstance(action_space, spaces.MultiBinary):
+        return DistributionSpec("multi_categorical", (2,) * int(action_space.shape[0]))
+    if isinstance(action_space, spaces.Box):
+        dim = int(action_space.shape[0])
+        if not squash:
+            return DistributionSpec("diag_gaussian", (dim,))
+        if not action_space.is_bounded("both"):
+            raise ValueError(
+                f"squash=True rescales tanh into the Box's bounds, which must be finite; got "
+                f"low={action_space.low}, high={action_space.high}."
+            )
+        low, high = np.asarray(action_space.low), np.asarray(action_space.high)
+        if np.all(low == -1.0) and np.all(high == 1.0):
+            return DistributionSpec("tanh_gaussian", (dim,))
+        return DistributionSpec(
+            "tanh_gaussian", (dim,), tuple(map(float, low)), tuple(map(float, high))
+        )
+    raise TypeError(
+        f"distribution_for supports action spaces {ACTION_SPACES}; got {action_space!r}."
+    )
+
+
+class PolicyHead(nn.Module):
+    """Features to the flat distribution inputs ``[..., spec.num_inputs]``.
+
+    Categorical kinds output logits. Gaussian kinds output ``[mean, log_std]``:
+    ``log_std`` is a state-independent parameter ``log_std [d]`` (PPO), or
+    with ``state_dependent_std`` a second output squashed smoothly into
+    ``log_std_range`` (SAC).
+
+    Attributes:
+      distribution: the :class:`~jaxlearner.algorithms.distributions.DistributionSpec`.
+      state_dependent_std: Gaussian kinds only; see above.
+      log_std_init: initial value of the state-independent ``log_std``.
+      log_std_range: ``(min, max)`` of a state-dependent ``log_std``.
+    """
+
+    distribution: DistributionSpec
+    state_dependent_std: bool = False
+    log_std_init: float = 0.0
+    log_std_range: tuple[float, float] = (-5.0, 2.0)
+
+    @nn.compact
+    def __call__(self, features: jax.Array) -> jax.Array:
+        spec = self.distribution
+        if spec.is_discrete:
+            return orthogonal_dense(spec.num_inputs, 0.01, "logits")(features)
+        dim = spec.sizes[0]
+        if self.state_dependent_std:
+            mean, raw = jnp.split(
+                orthogonal_dense(2 * dim, 0.01, "mean_log_std")(features), 2, axis=-1
+            )
+            low, high = self.log_std_range
+            log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
+            return jnp.concatenate([mean, log_std], axis=-1)
+        mean = orthogonal_dense(dim, 0.01, "mean")(features)
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (dim,))
+        return jnp.concatenate([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-1)
+
+
+class ValueHead(nn.Module):
+    """Features ``[..., F]`` to a value ``[...]``."""
+
+    @nn.compact
+    def __call__(self, features: jax.Array) -> jax.Array:
+        return orthogonal_dense(1, 1.0, "value")(features)[..., 0]
+
+
+class Tower(nn.Module):
+    """``head(encoder(x))``: an encoder and a head as one submodule (params under both names)."""
+
+    encoder: nn.Module
+    head: nn.Module
+
+    def __call__(self, x: jax.Array) -> Any:
+        return self.head(self.encoder(x))
+
+
+class ActorCritic(nn.Module):
+    """PPO's network: ``obs -> (dist_inputs [..., P], value [...])``.
+
+    Attributes:
+      actor: features (or observations) to distribution inputs.
+      critic: features (or observations) to values.
+      encoder: a shared encoder run first (RLlib's ``vf_share_layers``), or
+        ``None`` when ``actor`` and ``critic`` each encode the observations.
+
+    Example:
+      >>> model = actor_critic(gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
+      >>> params = model.init(jax.random.key(0), jnp.zeros((8, 4)))
+      >>> dist_inputs, value = model.apply(params, jnp.zeros((8, 4)))  # [8, 2], [8]
+    """
+
+    actor: nn.Module
+    critic: nn.Module
+    encoder: nn.Module | None = None
+
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        features = obs if self.encoder is None else self.encoder(obs)
+        return self.actor(features), self.critic(features)
+
+
+def actor_critic(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    share_encoder: bool = False,
+    squash: bool = False,
+    log_std_init: float = 0.0,
+) -> ActorCritic:
+    """PPO's :class:`ActorCritic` for two gymnasium spaces.
+
+    Params: with ``share_encoder=False``, ``actor/{encoder,head}`` and
+    ``critic/{encoder,head}``; with ``share_encoder=True``, ``encoder``,
+    ``actor`` (the policy head) and ``critic`` (the value head).
+
+    Args:
+      observation_space: see :func:`encoder_for`.
+      action_space: see :func:`distribution_for`.
+      hidden_sizes: each encoder's MLP layers.
+      activation: the MLPs' activation.
+      share_encoder: one encoder for both heads (RLlib's ``vf_share_layers``).
+      squash: for ``Box`` actions, a tanh-squashed Gaussian instead of a plain one.
+      log_std_init: initial state-independent ``log_std`` for ``Box`` actions.
+
+    Returns:
+      The module; ``make_distribution(distribution_for(action_space, squash),
+      dist_inputs)`` is its policy.
+
+    Raises:
+      TypeError, ValueError: for unsupported spaces, as :func:`encoder_for`
+        and :func:`distribution_for`.
+
+    Example:
+      >>> box = gymnasium.spaces.Box(-1.0, 1.0, (3,))
+      >>> model = actor_critic(gymnasium.spaces.Box(-1, 1, (4,)), box, share_encoder=True)
+      >>> params = model.init(jax.random.key(0), jnp.zeros((8, 4)))
+      >>> sorted(params["params"])
+      ['actor', 'critic', 'encoder']
+    """
+    spec = distribution_for(action_space, squash)
+    policy = PolicyHead(spec, log_std_init=log_std_init)
+    if share_encoder:
+        encoder = encoder_for(observation_space, hidden_sizes, activation)
+        return ActorCritic(policy, ValueHead(), encoder)
+    return ActorCritic(
+        Tower(encoder_for(observation_space, hidden_sizes, activation), policy),
+        Tower(encoder_for(observation_space, hidden_sizes, activation), ValueHead()),
+    )
+
+
+class QNetwork(nn.Module):
+    """Q-values over discrete actions: ``obs -> q [..., num_actions]``.
+
+    With ``dueling`` (Wang et al. 2016, https://arxiv.org/abs/1511.06581):
+    ``q = value + advantage - mean(advantage)`` from two streams.
+
+    Attributes:
+      encoder: observations to features.
+      num_actions: the number of actions.
+      dueling: use the dueling decomposition.
+      head_hidden_sizes: hidden layers of each head (of each stream when
+        dueling) before its output layer; ``()``: linear heads.
+      activation: the head layers' activation.
+    """
+
+    encoder: nn.Module
+    num_actions: int
+    dueling: bool = False
+    head_hidden_sizes: Sequence[int] = ()
+    activation: str = "relu"
+
+    def _head(self, features: jax.Array, size: int, name: str) -> jax.Array:
+        if self.head_hidden_sizes:
+            features = MLP(self.head_hidden_sizes, self.activation, name=f"{name}_hidden")(features)
+        return orthogonal_dense(size, 1.0, name)(features)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        features = self.encoder(obs)
+        if not self.dueling:
+            return self._head(features, self.num_actions, "q")
+        value = self._head(features, 1, "value")
+        advantage = self._head(features, self.num_actions, "advantage")
+        return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+
+
+def q_network(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    hidden_sizes: Sequence[int] = (256, 256),
+    activation: str = "relu",
+    dueling: bool = False,
+    head_hidden_sizes: Sequence[int] = (),
+) -> QNetwork:
+    """DQN's :class:`QNetwork` for two gymnasium spaces.
+
+    Args:
+      observation_space: see :func:`encoder_for`.
+      action_space: a ``Discrete`` space (actions are indices in ``[0, n)``).
+      hidden_sizes: the encoder's MLP layers.
+      activation: the MLPs' activation.
+      dueling: use the dueling decomposition.
+      head_hidden_sizes: hidden layers of each head or dueling stream.
+
+    Returns:
+      ``obs [..., *obs_shape] -> q [..., n]``.
+
+    Raises:
+      TypeError: when the action space is not ``Discrete``, or for an
+        unsupported observation space.
+
+    Example:
+      >>> model = q_network(gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
+      >>> params = model.init(jax.random.key(0), jnp.zeros((8, 4)))
+    """
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise TypeError(
+            f"q_network supports Discrete action spaces only; got {action_space!r}. "
+            "For Box actions use sac_networks."
+        )
+    encoder = encoder_for(observation_space, hidden_sizes, activation)
+    head = MLP(head_hidden_sizes, activation)  # checks the sizes now, not when traced
+    return QNetwork(encoder, int(action_space.n), dueling, head.hidden_sizes, activation)
+
+
+class StateActionValue(nn.Module):
+    """``Q(s, a)`` for continuous actions: ``(obs, action [..., d]) -> q [...]``.
+
+    The action is concatenated to the encoded observation, then an MLP.
+
+    Attributes:
+      encoder: observations to features (an MLP-less :class:`Encoder` for
+        vectors, so the action enters at the first layer).
+      hidden_sizes: the MLP after the concatenation.
+      activation: the MLP's activation.
+    """
+
+    encoder: nn.Module
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.concatenate([self.encoder(obs), jnp.asarray(action, jnp.float32)], axis=-1)
+        x = MLP(self.hidden_sizes, self.activation, name="mlp")(x)
+        return orthogonal_dense(1, 1.0, "q")(x)[..., 0]
+
+
+class Temperature(nn.Module):
+    """SAC's entropy temperature: one param ``log_alpha``, returned by ``__call__()``.
+
+    Attributes:
+      initial_alpha: ``exp(log_alpha)`` at init.
+    """
+
+    initial_alpha: float = 1.0
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        initial = math.log(self.initial_alpha)
+        return self.param("log_alpha", nn.initializers.constant(initial), ())
+
+
+def stacked(module_class: type[nn.Module], num: int) -> type[nn.Module]:
+    """``module_class`` as ``num`` independent copies, params and outputs ``[num, ...]``.
+
+    Inputs are shared by all copies. Used for SAC's twin critics.
+
+    Example:
+      >>> twin = stacked(MLP, 2)((8,), "relu")
+      >>> params = twin.init(jax.random.key(0), jnp.zeros((5, 3)))
+      >>> params["params"]["dense_0"]["kernel"].shape, twin.apply(params, jnp.zeros((5, 3))).shape
+      ((2, 3, 8), (2, 5, 8))
+    """
+    return nn.vmap(
+        module_class,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=None,
+        out_axes=0,
+        axis_size=num,
+    )
+
+
+class SACNetworks(nn.Module):
+    """SAC's actor, critics and temperature in one module.
+
+    Whichever method ``init`` calls creates every param (``log_alpha`` only
+    when given an observation), so a loss may call them in any order.
+
+    Attributes:
+      actor: ``obs -> dist_inputs [..., P]``.
+      critic: stacked critics: ``(obs, action) -> [C, ...]`` for continuous
+        actions, ``obs -> [C, ..., n]`` for discrete ones.
+      temperature: a :class:`Temperature`.
+      distribution: the actor's distribution spec.
+
+    Example:
+      >>> model = sac_networks(gymnasium.spaces.Box(-1, 1, (3,)), gymnasium.spaces.Box(-2, 2, (1,)))
+      >>> params = model.init(jax.random.key(0), jnp.zeros((8, 3)))
+      >>> q = model.apply(params, jnp.zeros((8, 3)), jnp.zeros((8, 1)), method="q_values")  # [2, 8]
+    """
+
+    actor: nn.Module
+    critic: nn.Module
+    temperature: nn.Module
+    distribution: DistributionSpec
+
+    def __call__(
+        self, obs: jax.Array, action: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(dist_inputs, q, log_alpha)``; continuous critics see zeros without an action."""
+        dist_inputs = self.actor(obs)
+        if action is None and not self.distribution.is_discrete:
+            action = jnp.zeros((*dist_inputs.shape[:-1], self.distribution.sizes[0]), jnp.float32)
+        return dist_inputs, self._q_values(obs, action), self.temperature()
+
+    def policy(self, obs: jax.Array) -> jax.Array:
+        """Distribution inputs ``[..., P]``; see ``make_distribution(self.distribution, ...)``."""
+        if self.is_initializing():
+            return self(obs)[0]
+        return self.actor(obs)
+
+    def q_values(self, obs: jax.Array, action: jax.Array | None = None) -> jax.Array:
+        """Every critic's Q-values.
+
+        Args:
+          obs: ``[..., *obs_shape]``.
+          action: ``[..., d]`` float (continuous, required) or ``[...]`` int
+            (discrete, optional).
+
+        Returns:
+          ``[C, ...]`` given an action; ``[C, ..., n]`` over all discrete
+          actions without one.
+        """
+        if action is None and not self.distribution.is_discrete:
+            raise ValueError(
+                "SACNetworks.q_values needs an action [..., d] for a Box action space."
+            )
+        if self.is_initializing():
+            self(obs)
+        return self._q_values(obs, action)
+
+    def log_alpha(self, obs: jax.Array | None = None) -> jax.Array:
+        """The temperature's ``log_alpha`` (a scalar).
+
+        ``obs`` is read only by ``init``, to create the other params too.
+        """
+        if self.is_initializing() and obs is not None:
+            return self(obs)[2]
+        return self.temperature()
+
+    def _q_values(self, obs: jax.Array, action: jax.Array | None) -> jax.Array:
+        if not self.distribution.is_discrete:
+            return self.critic(obs, action)
+        q = self.critic(obs)
+        if action is None:
+            return q
+        index = jnp.broadcast_to(jnp.asarray(action, jnp.int32)[..., None], (*q.shape[:-1], 1))
+        return jnp.take_along_axis(q, index, axis=-1)[..., 0]
+
+
+def sac_networks(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    hidden_sizes: Sequence[int] = (256, 256),
+    activation: str = "relu",
+    num_critics: int = 2,
+    initial_alpha: float = 1.0,
+) -> SACNetworks:
+    """SAC's :class:`SACNetworks` for two gymnasium spaces.
+
+    ``Box`` actions: a tanh-Gaussian actor rescaled to the bounds with a
+    state-dependent ``log_std`` in ``[-5, 2]``, and critics ``Q(s, a)`` on
+    the concatenated observation and action. ``Discrete`` actions: a
+    categorical actor and critics over all actions (Christodoulou 2019,
+    https://arxiv.org/abs/1910.07207). Haarnoja et al. 2018,
+    https://arxiv.org/abs/1812.05905.
+
+    Args:
+      observation_space: see :func:`encoder_for`.
+      action_space: a 1-D bounded ``Box`` or a ``Discrete``.
+      hidden_sizes: the MLP layers of the actor and of each critic.
+      activation: the MLPs' activation.
+      num_critics: the number of critics (2: clipped double-Q).
+      initial_alpha: the initial temperature.
+
+    Returns:
+      The module; params ``actor``, ``critic`` and ``temperature/log_alpha``.
+      ``make_distribution(model.distribution, model.apply(params, obs,
+      method="policy"))`` is the policy.
+
+    Raises:
+      TypeError: for other action spaces or an unsupported observation space.
+      ValueError: for a ``Box`` with infinite bounds, ``num_critics < 1`` or
+        ``initial_alpha <= 0``.
+
+    Example:
+      >>> model = sac_networks(gymnasium.spaces.Box(-1, 1, (3,)), gymnasium.spaces.Discrete(4))
+      >>> params = model.init(jax.random.key(0), jnp.zeros((8, 3)), method="policy")
+      >>> model.apply(params, jnp.zeros((8, 3)), method="q_values").shape   # [critics, B, n]
+      (2, 8, 4)
+    """
+    if not isinstance(action_space, gymnasium.spaces.Box | gymnasium.spaces.Discrete):
+        raise TypeError(
+            f"sac_networks supports Box and Discrete action spaces; got {action_space!r}."
+        )
+    if isinstance(num_critics, bool) or not isinstance(num_critics, int) or num_critics < 1:
+        raise ValueError(f"num_critics must be a positive int; got {num_critics!r}.")
+    if not initial_alpha > 0:
+        raise ValueError(f"initial_alpha must be positive; got {initial_alpha!r}.")
+    spec = distribution_for(action_space, squash=True)
+    actor = Tower(
+        encoder_for(observation_space, hidden_sizes, activation),
+        PolicyHead(spec, state_dependent_std=True),
+    )
+    if spec.is_discrete:
+        critic = stacked(QNetwork, num_critics)(
+            encoder_for(observation_space, hidden_sizes, activation), spec.sizes[0]
+        )
+    else:
+        critic = stacked(StateActionValue, num_critics)(
+            encoder_for(observation_space, (), activation), tuple(hidden_sizes), activation
+        )
+    return SACNetworks(actor, critic, Temperature(initial_alpha), spec)

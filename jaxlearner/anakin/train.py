@@ -1,0 +1,455 @@
+"""Anakin: rollouts of pure-JAX environments and learner updates in one compiled function.
+
+The Anakin architecture of Hessel et al. 2021 ("Podracer architectures for
+scalable reinforcement learning", https://arxiv.org/abs/2104.06272): when the
+environment is itself a JAX function, acting, learning and evaluating fit in
+one XLA program, and a whole training run becomes a pure function
+``train(key) -> (final_state, metrics)`` that ``jax.vmap`` turns into many
+independent agents (seeds, hyperparameters) trained in one call; see
+:mod:`jaxlearner.anakin.sweeps` for the helpers that do so over devices.
+
+One training iteration, for a built-in :data:`~jaxlearner.algorithms.Algorithm`
+and an :class:`~jaxlearner.anakin.envs.Environment`:
+
+1. a rollout: ``algorithm.rollout_steps(num_envs)`` steps of ``num_envs``
+   vmapped environments with ``algorithm.explore``, as a ``lax.scan``;
+2. an :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (PPO):
+   ``algorithm.postprocess`` and one learner ``update``; an
+   :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (DQN, SAC): the
+   rollout's ``algorithm.transitions`` go into a device replay buffer, then
+   ``updates_per_step x`` (steps collected) updates on batches sampled from it
+   (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`, the
+   :class:`~jaxlearner.Trainer`'s loop too). Before the first iteration, the
+   iterations in which the Trainer would only collect (fewer than
+   ``learning_starts`` env steps so far) run in ``init``;
+3. every ``eval_interval`` iterations a deterministic evaluation with
+   ``algorithm.exploit``: the first episode of each of ``eval_envs`` fresh
+   environments.
+
+The learner update is the very same pure function the
+:class:`~jaxlearner.Learner` jits (``learner.update_fn``); the rollout and
+the evaluation come from :mod:`jaxlearner.anakin.rollouts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol, TypeAlias
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxlearner.algorithms import off_policy, replay_buffer
+from jaxlearner.algorithms.algorithm import (
+    Algorithm,
+    Experience,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+)
+from jaxlearner.algorithms.spaces import check_recipe_spaces
+from jaxlearner.anakin.envs.environment import Environment, EnvState
+from jaxlearner.anakin.rollouts import EvaluateFn, RolloutFn, make_evaluate, make_rollout
+from jaxlearner.core.hyperparams import check_constant, with_hyperparams
+from jaxlearner.core.state import LearnerState, ModuleState
+
+Metrics: TypeAlias = dict[str, jax.Array]
+"""Flat ``{name: array}``; see :func:`make_anakin` for the names and shapes."""
+
+Hyperparams: TypeAlias = Mapping[str, jax.typing.ArrayLike]
+"""``{name: scalar}`` as :func:`~jaxlearner.core.hyperparams.with_hyperparams` takes it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AnakinConfig:
+    """The static shape of an Anakin run: changing a field recompiles it.
+
+    Attributes:
+      num_envs: environments each agent steps together (vmapped).
+      num_iterations: training iterations per ``run`` (and per ``train``).
+      eval_interval: iterations between deterministic evaluations, a divisor
+        of ``num_iterations``; ``None`` evaluates once, after the last.
+      eval_envs: fresh environments per evaluation; each runs one whole
+        episode (its first), so short episodes are not over-represented.
+    """
+
+    num_envs: int = 16
+    num_iterations: int = 100
+    eval_interval: int | None = None
+    eval_envs: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "num_iterations", "eval_envs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"AnakinConfig.{name} must be a positive int; got {value!r}.")
+        interval = self.eval_interval
+        if interval is None:
+            return
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(
+                f"AnakinConfig.eval_interval must be a positive int or None; got {interval!r}."
+            )
+        if self.num_iterations % interval:
+            divisors = [
+                d for d in range(1, self.num_iterations + 1) if self.num_iterations % d == 0
+            ]
+            raise ValueError(
+                f"AnakinConfig.eval_interval ({interval}) must divide num_iterations "
+                f"({self.num_iterations}); divisors: {divisors}."
+            )
+
+    @property
+    def num_evals(self) -> int:
+        """Evaluations per run."""
+        return self.num_iterations // (self.eval_interval or self.num_iterations)
+
+
+@struct.dataclass
+class AnakinState:
+    """Everything one agent's training carries from one iteration to the next.
+
+    Attributes:
+      learner: the :class:`~jaxlearner.LearnerState`.
+      env_states: the ``num_envs`` environments' states, leaves ``[N, ...]``.
+      obs: ``[N, ...]`` the observations to act in next.
+      key: the run's PRNG key (the learner's own key drives its updates).
+      iteration: int32, training iterations done.
+      env_steps: int32, env steps collected (all environments together).
+      buffer: the replay buffer of an off-policy algorithm, else ``None``.
+    """
+
+    learner: LearnerState
+    env_states: EnvState
+    obs: jax.Array
+    key: jax.Array
+    iteration: jax.Array
+    env_steps: jax.Array
+    buffer: replay_buffer.ReplayBuffer | None = None
+
+
+class InitFn(Protocol):
+    def __call__(self, key: jax.Array, hyperparams: Hyperparams | None = None) -> AnakinState: ...
+
+
+class RunFn(Protocol):
+    def __call__(self, state: AnakinState) -> tuple[AnakinState, Metrics]: ...
+
+
+class TrainFn(Protocol):
+    def __call__(
+        self, key: jax.Array, hyperparams: Hyperparams | None = None
+    ) -> tuple[AnakinState, Metrics]: ...
+
+
+class Anakin(NamedTuple):
+    """The pure functions of an Anakin run (as optax pairs ``init`` and ``update``).
+
+    Attributes:
+      init: ``init(key, hyperparams=None) -> state``: the learner's init, the
+        hyperparameters written into it, fresh environments, and for an
+        off-policy algorithm a replay buffer filled up to ``learning_starts``.
+      run: ``run(state) -> (state, metrics)``: ``num_iterations`` iterations.
+      evaluate: ``evaluate(module_state, key) -> {"return_mean", "return_min",
+        "return_max", "length_mean"}`` (float32 scalars): the first episode of
+        each of ``eval_envs`` fresh environments with the deterministic policy.
+      train: ``train(key, hyperparams=None) -> run(init(key, hyperparams))``.
+    """
+
+    init: InitFn
+    run: RunFn
+    evaluate: EvaluateFn
+    train: TrainFn
+
+
+def make_train(algorithm: Algorithm, env: Environment, config: AnakinConfig) -> TrainFn:
+    """A pure ``train(key, hyperparams=None) -> (final_state, metrics)``; see :func:`make_anakin`.
+
+    Example:
+      >>> import jax, jaxlearner as jl
+      >>> from jaxlearner import anakin, envs
+      >>> env = envs.make("CartPole-v1")
+      >>> ppo = jl.algorithms.build("ppo", env.observation_space, env.action_space,
+      ...     {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
+      ...      "hidden_sizes": (8,)})
+      >>> train = anakin.make_train(ppo, env, anakin.AnakinConfig(num_envs=4,
+      ...     num_iterations=2, eval_envs=2))
+      >>> state, metrics = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 3))
+      >>> metrics["episode_return_mean"].shape, metrics["eval/return_mean"].shape
+      ((3, 2), (3, 1))
+    """
+    return make_anakin(algorithm, env, config).train
+
+
+def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) -> Anakin:
+    """Builds the pure init, run, evaluate and train functions of an Anakin run.
+
+    Nothing is jitted here: wrap the outermost call (``jax.jit(train)``,
+    ``jax.jit(jax.vmap(train))``, or :func:`jaxlearner.anakin.sweeps.train_agents`).
+
+    ``hyperparams`` (``{"learning_rate": lr, "entropy_coeff": c}``) are written
+    into the learner state after its init with
+    :func:`~jaxlearner.core.hyperparams.with_hyperparams`; inside ``jax.vmap`` each
+    agent gets its own. Their names are checked (and refused when the learner
+    schedules them) in Python, when ``train`` or ``init`` is traced.
+
+    Metrics of ``run`` (and ``train``), a flat dict; ``I = num_iterations``,
+    ``E = num_evals``:
+
+    * per iteration, ``[I]``: ``env_steps`` (int32, lifetime), ``iteration``,
+      ``num_episodes`` (episodes finished in the iteration's rollout),
+      ``episode_return_mean`` and ``episode_length_mean`` (over those; NaN
+      when none finished), and the learner's metrics of the iteration's last
+      update flattened (``"default_policy/total_loss"``,
+      ``"__all__/num_grad_steps"``, ...);
+    * per evaluation, ``[E]``: ``eval/return_mean``, ``eval/return_min``,
+      ``eval/return_max``, ``eval/length_mean``, ``eval/env_steps`` and
+      ``eval/iteration`` (when it ran).
+
+    Args:
+      algorithm: a built-in algorithm (``jl.algorithms.build(...)``), whose
+        spaces are the environment's.
+      env: a pure-JAX environment (``jaxlearner.anakin.envs.make("CartPole-v1")``, a
+        gymnax adapter).
+      config: the run's static shape.
+
+    Returns:
+      An :class:`Anakin` of pure functions.
+
+    Raises:
+      TypeError: for an algorithm or environment of the wrong kind.
+      ValueError: when the spaces differ from the algorithm's, or the
+        rollout or the off-policy update count does not fit ``num_envs``.
+    """
+    _check_inputs(algorithm, env, config)
+    module_id = algorithm.module_id
+    learner = algorithm.learner
+    num_envs = config.num_envs
+    rollout_steps = algorithm.rollout_steps(num_envs)
+    steps_per_iteration = rollout_steps * num_envs
+    rollout = make_rollout(algorithm, env, num_envs, rollout_steps)
+    evaluate = make_evaluate(algorithm, env, config.eval_envs)
+    learn, prepare = _learning(algorithm, rollout, steps_per_iteration)
+    interval = config.eval_interval or config.num_iterations
+    init_learner = one_agent_at_a_time(learner.init)
+
+    def init(key: jax.Array, hyperparams: Hyperparams | None = None) -> AnakinState:
+        learner_key, env_key, key = jax.random.split(key, 3)
+        learner_state = init_learner(learner_key)
+        if hyperparams:
+            check_constant(learner, module_id, hyperparams)
+            learner_state = with_hyperparams(learner_state, module_id, hyperparams)
+        env_states, obs = jax.vmap(env.reset)(jax.random.split(env_key, num_envs))
+        state = AnakinState(
+            learner=learner_state,
+            env_states=env_states,
+            obs=obs,
+            key=key,
+            iteration=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((), jnp.int32),
+        )
+        return prepare(state)
+
+    iterate = _make_iterate(module_id, rollout, learn, steps_per_iteration)
+
+    def evaluate_block(state: AnakinState, _: None) -> tuple[AnakinState, tuple[Metrics, Metrics]]:
+        state, metrics = jax.lax.scan(iterate, state, None, length=interval)
+        key, eval_key = jax.random.split(state.key)
+        results = evaluate(state.learner.modules[module_id], eval_key)
+        evaluation = {f"eval/{name}": value for name, value in results.items()}
+        evaluation["eval/env_steps"] = state.env_steps
+        evaluation["eval/iteration"] = state.iteration
+        return state.replace(key=key), (metrics, evaluation)
+
+    def run(state: AnakinState) -> tuple[AnakinState, Metrics]:
+        state, (metrics, evaluation) = jax.lax.scan(
+            evaluate_block, state, None, length=config.num_evals
+        )
+        metrics = jax.tree.map(lambda x: x.reshape(config.num_iterations, *x.shape[2:]), metrics)
+        return state, {**metrics, **evaluation}
+
+    def train(
+        key: jax.Array, hyperparams: Hyperparams | None = None
+    ) -> tuple[AnakinState, Metrics]:
+        return run(init(key, hyperparams))
+
+    return Anakin(init=init, run=run, evaluate=evaluate, train=train)
+
+
+Buffer: TypeAlias = replay_buffer.ReplayBuffer | None
+"""An off-policy run's replay buffer; ``None`` on-policy."""
+
+LearnFn: TypeAlias = Callable[
+    [LearnerState, Buffer, ModuleState, Experience, jax.Array, jax.Array],
+    tuple[LearnerState, Buffer, Any],
+]
+"""``learn(learner_state, buffer, module_state, experience, key, env_steps) ->
+(learner_state, buffer, learner_metrics)``: an iteration's learning after its rollout."""
+
+
+def _learning(
+    algorithm: Algorithm, rollout: RolloutFn, steps_per_iteration: int
+) -> tuple[LearnFn, Callable[[AnakinState], AnakinState]]:
+    """What the algorithm's kind adds: the iteration's learning, and the end of ``init``."""
+    match algorithm:
+        case OnPolicyAlgorithm():
+            return _on_policy_learn(algorithm), lambda state: state
+        case OffPolicyAlgorithm():
+            updates = off_policy.updates_per_iteration(algorithm, steps_per_iteration)
+            return _replay_learn(algorithm, updates), lambda state: _warm_up(
+                algorithm, rollout, state, steps_per_iteration
+            )
+
+
+def _on_policy_learn(algorithm: OnPolicyAlgorithm) -> LearnFn:
+    """Postprocess the rollout, then one learner update on it."""
+    module_id, update_fn = algorithm.module_id, algorithm.learner.update_fn
+
+    def learn(learner_state, buffer, module, experience, key, env_steps):
+        del key
+        batch = algorithm.postprocess(module, experience)
+        learner_state, metrics = update_fn(
+            learner_state, {module_id: batch}, {module_id: env_steps}
+        )
+        return learner_state, buffer, metrics
+
+    return learn
+
+
+def _replay_learn(algorithm: OffPolicyAlgorithm, updates: int) -> LearnFn:
+    """Add the rollout's transitions to the buffer, then ``updates`` updates sampled from it."""
+    replay_updates = off_policy.make_replay_updates(algorithm)
+
+    def learn(learner_state, buffer, module, experience, key, env_steps):
+        del module
+        buffer = replay_buffer.add(buffer, algorithm.transitions(experience))
+        keys = jax.random.split(key, updates)
+        learner_state, metrics = replay_updates(learner_state, buffer, keys, env_steps)
+        return learner_state, buffer, metrics
+
+    return learn
+
+
+def _make_iterate(
+    module_id: str, rollout: RolloutFn, learn: LearnFn, steps_per_iteration: int
+) -> Callable[[AnakinState, None], tuple[AnakinState, Metrics]]:
+    """One training iteration as a ``lax.scan`` body: a rollout, then the learning."""
+
+    def iterate(state: AnakinState, _: None) -> tuple[AnakinState, Metrics]:
+        key, rollout_key, update_key = jax.random.split(state.key, 3)
+        module = state.learner.modules[module_id]
+        env_states, obs, experience, episodes = rollout(
+            module, state.env_states, state.obs, rollout_key
+        )
+        steps = jnp.int32(steps_per_iteration)
+        learner_state, buffer, learner_metrics = learn(
+            state.learner, state.buffer, module, experience, update_key, steps
+        )
+        state = state.replace(
+            learner=learner_state,
+            env_states=env_states,
+            obs=obs,
+            key=key,
+            iteration=state.iteration + 1,
+            env_steps=state.env_steps + steps,
+            buffer=buffer,
+        )
+        metrics = {
+            "env_steps": state.env_steps,
+            "iteration": state.iteration,
+            **episodes,
+            **_flatten(learner_metrics),
+        }
+        return state, metrics
+
+    return iterate
+
+
+def one_agent_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
+    """``fn(key)``, which under ``jax.vmap`` runs once per key (``lax.map``) instead of batched.
+
+    For the learner's init. Built-in models initialise their weights
+    orthogonally, through a LAPACK QR decomposition; batched over many agents
+    on the CPU, that kernel splits its batch over XLA's intra-op thread pool
+    from inside a task of the same pool, and two of them at once can leave
+    every worker waiting for the others (a deadlock seen with 16 agents on 2
+    cores). Initialising one agent after the other avoids it at a negligible
+    cost: it happens once per run.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def sequential(key: jax.Array) -> Any:
+        return fn(key)
+
+    @sequential.def_vmap
+    def rule(axis_size: int, in_batched: list[Any], key: jax.Array) -> tuple[Any, Any]:
+        del axis_size
+        (batched,) = in_batched
+        out = jax.lax.map(sequential, key) if batched else sequential(key)
+        return out, jax.tree.map(lambda _: batched, out)
+
+    return sequential
+
+
+def _warm_up(
+    algorithm: OffPolicyAlgorithm, rollout: RolloutFn, state: AnakinState, steps: int
+) -> AnakinState:
+    """A fresh replay buffer, filled by the iterations that would not update yet.
+
+    The :class:`~jaxlearner.Trainer` updates in an iteration once its env
+    steps so far reach ``learning_starts``
+    (:func:`~jaxlearner.algorithms.off_policy.updates_due`); the iterations
+    before that only collect, and run here.
+    """
+    module = state.learner.modules[algorithm.module_id]
+    example = jax.eval_shape(
+        lambda: algorithm.transitions(rollout(module, state.env_states, state.obs, state.key)[2])
+    )
+    example = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), example)
+    buffer = replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
+    warmup = off_policy.warmup_iterations(algorithm, steps)
+
+    def collect(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
+        env_states, obs, buffer = carry
+        env_states, obs, experience, _ = rollout(module, env_states, obs, key)
+        return (env_states, obs, replay_buffer.add(buffer, algorithm.transitions(experience))), None
+
+    key, warmup_key = jax.random.split(state.key)
+    (env_states, obs, buffer), _ = jax.lax.scan(
+        collect, (state.env_states, state.obs, buffer), jax.random.split(warmup_key, warmup)
+    )
+    return state.replace(
+        env_states=env_states,
+        obs=obs,
+        key=key,
+        env_steps=jnp.int32(warmup * steps),
+        buffer=buffer,
+    )
+
+
+def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) -> None:
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(
+            "make_anakin needs a jl.algorithms.OnPolicyAlgorithm or OffPolicyAlgorithm "
+            f"(jl.algorithms.build(...)); got {type(algorithm).__name__}."
+        )
+    if not isinstance(env, Environment):
+        raise TypeError(
+            "make_anakin needs a pure-JAX environment (jl.envs.make(...) or the gymnax "
+            f"adapter); got {type(env).__name__}."
+        )
+    if not isinstance(config, AnakinConfig):
+        raise TypeError(f"make_anakin needs an AnakinConfig; got {type(config).__name__}.")
+    check_recipe_spaces(algorithm.learner.recipe, env.observation_space, env.action_space)
+
+
+def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> Metrics:
+    """``{"policy": {"loss": x}}`` -> ``{"policy/loss": x}``, arrays kept as they are."""
+    flat: Metrics = {}
+    for name, value in metrics.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{name}/"))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat

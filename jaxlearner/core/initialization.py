@@ -1,0 +1,281 @@
+"""Initialising modules: finding each model's example input and building its state.
+
+By default the example input is found by tracing the loss once on the sample
+batch (with ``jax.eval_shape``, so nothing is computed) and recording the
+inputs of the first ``ctx.apply`` call of each module. The model is then
+initialised on zeros of those shapes and dtypes. ``ModuleSpec.init_input``
+overrides this with an explicit function of the sample batch.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.core.batch import Layout, zeros_like_layout
+from jaxlearner.core.context import JointLossFn, LossContext
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import ModuleOptimizer
+from jaxlearner.core.schedules import initial_value
+from jaxlearner.core.state import ModuleState, zero_counter
+from jaxlearner.types import Batch, Params, PyTree
+
+
+def module_key(key: jax.Array, module_id: str) -> jax.Array:
+    """A key for ``module_id`` that does not depend on which other modules exist."""
+    return jax.random.fold_in(key, zlib.crc32(module_id.encode()) & 0x7FFFFFFF)
+
+
+class _AfterFirstApply(Mapping):
+    """Stands in for a module's params or extra state while its example input is found.
+
+    Before the loss's first ``ctx.apply`` call nothing is known, and any use
+    raises; afterwards it reads through to the (abstract) params the recorder
+    initialised, or to the extra state built from them.
+    """
+
+    def __init__(
+        self, recorder: _Recorder | None, what: str, build: Callable[[Params], Any]
+    ) -> None:
+        self._recorder = recorder
+        self._what = what
+        self._build = build
+
+    def _value(self) -> Any:
+        if self._recorder is None or self._recorder.params is None:
+            module_id = "?" if self._recorder is None else self._recorder.module_id
+            raise _UsedBeforeApply(module_id, self._what)
+        return self._build(self._recorder.params)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._value()[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
+
+
+class _UsedBeforeApply(Exception):
+    def __init__(self, module_id: str, what: str) -> None:
+        super().__init__(module_id, what)
+        self.module_id = module_id
+        self.what = what
+
+
+class _Recorder:
+    """A ``ctx.apply`` that records its first call's inputs and runs an abstract init."""
+
+    def __init__(self, module_id: str, spec: ModuleSpec, key: jax.Array) -> None:
+        self.module_id = module_id
+        self.spec = spec
+        self.key = key
+        self.inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        self.params: Params | None = None
+
+    def __call__(self, params: Any, *args: Any, **kwargs: Any) -> Any:
+        del params  # not known yet: the recorder initialises its own
+        if self.inputs is None:
+            self.inputs = (_abstract(args), _abstract(kwargs))
+            self.params = self.spec.model.init(self.key, *args, **kwargs)
+        return self.spec.model.apply(self.params, *args, **kwargs)
+
+
+def _abstract(tree: Any) -> Any:
+    def leaf(x: Any) -> Any:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
+        return x
+
+    return jax.tree.map(leaf, tree)
+
+
+def _zeros(tree: Any) -> Any:
+    return jax.tree.map(
+        lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x,
+        tree,
+    )
+
+
+def find_init_inputs(
+    specs: Mapping[str, ModuleSpec],
+    sample_batch: Mapping[str, Batch],
+    key: jax.Array,
+    joint_loss: JointLossFn | None,
+) -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each module's model inputs ``(args, kwargs)``, as concrete zero arrays.
+
+    Raises:
+      ValueError: when a loss never calls ``ctx.apply`` for a module, or uses
+        its params or extra state before the first call; the message says to
+        pass ``ModuleSpec(init_input=...)``.
+    """
+    inputs: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    recorders: dict[str, _Recorder] = {}
+    for module_id, spec in specs.items():
+        if spec.init_input is not None:
+            found = spec.init_input(sample_batch[module_id])
+            args = found if isinstance(found, tuple) else (found,)
+            inputs[module_id] = (args, {})
+        else:
+            recorders[module_id] = _Recorder(module_id, spec, module_key(key, module_id))
+    if not recorders:
+        return inputs
+
+    if joint_loss is not None:
+        recorders.update(
+            {m: _Recorder(m, specs[m], module_key(key, m)) for m in specs if m not in recorders}
+        )
+    contexts = {m: _recording_context(m, specs[m], r) for m, r in recorders.items()}
+    placeholder = {m: _AfterFirstApply(r, "params", lambda p: p) for m, r in recorders.items()}
+
+    def trace(batch: Mapping[str, Batch]) -> None:
+        if joint_loss is not None:
+            joint_loss(placeholder, batch, contexts)
+            return
+        for module_id in recorders:
+            specs[module_id].loss(placeholder[module_id], batch[module_id], contexts[module_id])
+
+    try:
+        jax.eval_shape(trace, dict(sample_batch))
+    except _UsedBeforeApply as error:
+        raise ValueError(
+            f"Module {error.module_id!r}: the loss used its {error.what} before its first "
+            "ctx.apply call, so its model's example input cannot be found by tracing the loss. "
+            "Pass ModuleSpec(init_input=lambda batch: <model inputs>)."
+        ) from None
+    for module_id, recorder in recorders.items():
+        recorder.params = None  # abstract values of the finished trace: drop them
+        if module_id in inputs:
+            continue  # given by init_input; traced only for the joint loss
+        if recorder.inputs is None:
+            raise ValueError(
+                f"Module {module_id!r}: the loss never called ctx.apply on the sample batch, so "
+                "its model's example input is unknown. Pass "
+                "ModuleSpec(init_input=lambda batch: <model inputs>)."
+            )
+        args, kwargs = recorder.inputs
+        inputs[module_id] = (_zeros(args), _zeros(kwargs))
+    return inputs
+
+
+def _recording_context(module_id: str, spec: ModuleSpec, recorder: _Recorder) -> LossContext:
+    return LossContext(
+        module_id=module_id,
+        apply=recorder,
+        key=recorder.key,
+        extra=_AfterFirstApply(recorder, "extra state", lambda p: initial_extra(spec, p)),
+        hyperparams=_initial_hyperparams(spec),
+        counters={"grad_steps": zero_counter(), "env_steps": zero_counter()},
+    )
+
+
+def _initial_hyperparams(spec: ModuleSpec) -> dict[str, jax.Array]:
+    return {name: initial_value(value, name) for name, value in spec.hyperparams.items()}
+
+
+def initial_extra(spec: ModuleSpec, params: Params) -> dict[str, PyTree]:
+    """The module's initial ``extra`` state: its updates' entries, then the spec's own."""
+    extra: dict[str, PyTree] = {}
+    for update in spec.additional_updates:
+        if update.init_extra is not None:
+            extra.update(update.init_extra(params))
+    if spec.init_extra is not None:
+        extra.update(spec.init_extra(params))
+    # Strongly typed, so a Python float in the extra state is not a weak scalar whose
+    # type could change (and recompile the update) after a checkpoint round trip.
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), extra)
+
+
+def init_module_state(
+    module_id: str,
+    spec: ModuleSpec,
+    key: jax.Array,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    params: Params | None = None,
+) -> ModuleState:
+    """A module's initial state: params, optimizer states, extra, hyperparams, counters.
+
+    Args:
+      module_id: the module's id (for error messages).
+      spec: the module's spec.
+      key: the module's init key.
+      inputs: the model's example inputs ``(args, kwargs)``.
+      params: params to start from instead of a fresh ``model.init`` (e.g. a
+        snapshot of another module's params).
+    """
+    if params is None:
+        args, kwargs = inputs
+        params = spec.model.init(key, *args, **kwargs)
+    opt_states = ModuleOptimizer(spec.named_optimizers, spec.param_labels, module_id).init(params)
+    return ModuleState(
+        params=params,
+        opt_states=opt_states,
+        extra=initial_extra(spec, params),
+        hyperparams=_initial_hyperparams(spec),
+        grad_steps=zero_counter(),
+        env_steps=zero_counter(),
+    )
+
+
+def typed_key(key: Any) -> jax.Array:
+    """A typed PRNG key from a typed key or raw ``uint32[2]`` key data.
+
+    Raises:
+      TypeError: for anything else.
+    """
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32 and key.shape == (2,):
+        return jax.random.wrap_key_data(key)
+    raise TypeError(
+        f"Expected a PRNG key such as jax.random.key(0); got {type(key).__name__} {key!r}."
+    )
+
+
+def init_added_module(
+    specs: Mapping[str, ModuleSpec],
+    layout: Mapping[str, Layout] | None,
+    joint_loss: JointLossFn | None,
+    module_id: str,
+    spec: ModuleSpec,
+    sample_batch: Batch,
+    key: jax.Array,
+    params: Params | None = None,
+) -> ModuleState:
+    """The initial state of a module added to a learner of ``specs`` at runtime.
+
+    Args:
+      specs: the learner's modules before the addition.
+      layout: their batch layouts, or ``None``.
+      joint_loss: the learner's joint loss, if any (it then finds the new
+        model's inputs, on zeros for the other modules).
+      module_id: the new module's id.
+      spec: its spec.
+      sample_batch: a batch for the new module alone.
+      key: its init key.
+      params: params to start from instead of a fresh init.
+
+    Raises:
+      ValueError: when a joint loss must find the inputs but ``layout`` is unknown.
+    """
+    if params is None and spec.init_input is None and joint_loss is not None:
+        if layout is None:
+            raise ValueError(
+                "add_module with a joint loss needs the learner's batch layout to find the new "
+                "model's inputs: build the learner with sample_batch=..."
+            )
+        sample = {m: zeros_like_layout(layout[m]) for m in specs}
+        sample[module_id] = sample_batch
+        inputs = find_init_inputs({**specs, module_id: spec}, sample, key, joint_loss)
+    else:
+        inputs = find_init_inputs({module_id: spec}, {module_id: sample_batch}, key, None)
+    return init_module_state(
+        module_id, spec, module_key(key, module_id), inputs[module_id], params=params
+    )

@@ -1,0 +1,176 @@
+"""LearnerConfig: how a learner updates, as one typed, frozen, validated value.
+
+Every field is static: it is part of the compiled update, and changing it
+(``learner.replace(num_epochs=...)``) compiles the update anew, once.
+Values that change during training (learning rates, coefficients) are not
+here: they live in the state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from jaxlearner.core.context import JointLossFn
+from jaxlearner.core.state import LearnerState
+
+ModulesToTrain: TypeAlias = Collection[str] | Callable[[str], bool] | None
+"""``None`` (train all), a collection of module ids, or a predicate on ids."""
+
+LearnerUpdateFn: TypeAlias = Callable[[LearnerState, Mapping[str, Any]], LearnerState]
+"""A learner-level non-gradient update ``fn(state, metrics) -> state``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """The static configuration of a :class:`~jaxlearner.Learner`'s update.
+
+    Attributes:
+      minibatch_size: rows per gradient step; ``None`` uses the whole batch as
+        one minibatch. Rows past the last full minibatch are left out of
+        that epoch (a different random subset each epoch with ``shuffle``).
+        When modules' batches give different numbers of minibatches, every
+        epoch takes the largest number and the smaller modules cycle
+        through theirs (RLlib's cyclic iterator).
+      num_epochs: passes over the batch per update.
+      shuffle: permute the rows each epoch with the state's key; ``False``
+        keeps the batch order.
+      modules_to_train: ``None`` (all), a collection of module ids, or a
+        predicate ``module_id -> bool``. Modules not trained keep their
+        params, optimizer states and counters bit-identical.
+      skip_nonfinite: on a minibatch step whose loss or gradients hold a
+        NaN/Inf, keep every trained module's state as it was and count the
+        step (``metrics["__all__"]["num_skipped_steps"]``). The env steps the
+        batch accounts for are still counted: the environment moved on.
+      jit: ``False`` runs the same update eagerly (loops in Python, losses on
+        concrete arrays) so losses can be printed and stepped through.
+      loss: an optional learner-level loss over all modules of a batch,
+        ``loss(params, batch, ctx) -> (scalar, metrics)`` with mappings by
+        module id (RLlib's ``compute_loss`` across modules); it replaces the
+        modules' own losses.
+      additional_updates: learner-level ``fn(state, metrics) -> state``, run at
+        the end of every update.
+      donate_state: donate the input state's buffers to the update
+        (``donate_argnums=0``): less memory, but the input state may not be
+        used afterwards.
+      recipe: a JSON-serialisable description from which a registered builder
+        rebuilds the learner (``{"algorithm": name, ...}``); built-in
+        algorithms set it so a checkpoint can be restored without code. Not
+        part of the hash.
+
+    Raises:
+      TypeError, ValueError: on an invalid field, naming what was received
+        and what is valid.
+
+    Example:
+      >>> config = LearnerConfig(minibatch_size=128, num_epochs=4)
+      >>> config.trained(("policy", "target"))
+      frozenset({'policy', 'target'})
+    """
+
+    minibatch_size: int | None = None
+    num_epochs: int = 1
+    shuffle: bool = True
+    modules_to_train: ModulesToTrain = None
+    skip_nonfinite: bool = False
+    jit: bool = True
+    loss: JointLossFn | None = None
+    additional_updates: Sequence[LearnerUpdateFn] = ()
+    donate_state: bool = False
+    recipe: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
+
+    def __post_init__(self) -> None:
+        _check_positive_int("minibatch_size", self.minibatch_size, allow_none=True)
+        _check_positive_int("num_epochs", self.num_epochs)
+        for name in ("shuffle", "skip_nonfinite", "jit", "donate_state"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Learner {name} must be a bool; got {getattr(self, name)!r}.")
+        if self.loss is not None and not callable(self.loss):
+            raise TypeError(f"Learner loss must be callable or None; got {self.loss!r}.")
+        updates = tuple(self.additional_updates)
+        for update in updates:
+            if not callable(update):
+                raise TypeError(f"Learner additional_updates must be callables; got {update!r}.")
+        object.__setattr__(self, "additional_updates", updates)
+        object.__setattr__(self, "modules_to_train", _freeze_rule(self.modules_to_train))
+        if self.recipe is not None:
+            object.__setattr__(self, "recipe", dict(self.recipe))
+        if self.minibatch_size is not None:
+            object.__setattr__(self, "minibatch_size", int(self.minibatch_size))
+        object.__setattr__(self, "num_epochs", int(self.num_epochs))
+
+    def trained(self, module_ids: Sequence[str]) -> frozenset[str]:
+        """The ids among ``module_ids`` that get gradient steps.
+
+        Raises:
+          ValueError: when ``modules_to_train`` names an unknown module.
+        """
+        rule = self.modules_to_train
+        if rule is None:
+            return frozenset(module_ids)
+        if isinstance(rule, frozenset):
+            unknown = sorted(rule - set(module_ids))
+            if unknown:
+                raise ValueError(
+                    f"modules_to_train names unknown module(s) {unknown}; modules: "
+                    f"{list(module_ids)}."
+                )
+            return rule
+        return frozenset(m for m in module_ids if rule(m))
+
+    def adding(
+        self, module_id: str, train: bool | None, module_ids: Sequence[str]
+    ) -> LearnerConfig:
+        """This config for a learner that gains ``module_id`` (trained or not).
+
+        ``train=None`` follows the rule: a predicate is asked, a collection
+        leaves the new module out, ``None`` trains it.
+        """
+        rule = self.modules_to_train
+        if train is None:
+            return self
+        if callable(rule) and not isinstance(rule, Collection):
+            return dataclasses.replace(
+                self, modules_to_train=lambda m: train if m == module_id else rule(m)
+            )
+        current = set(module_ids) if rule is None else set(rule)
+        trained = current | {module_id} if train else current - {module_id}
+        return dataclasses.replace(self, modules_to_train=trained)
+
+    def removing(self, module_id: str) -> LearnerConfig:
+        """This config for a learner that loses ``module_id``."""
+        rule = self.modules_to_train
+        if rule is None or callable(rule):
+            return self
+        return dataclasses.replace(self, modules_to_train=rule - {module_id})
+
+
+def _freeze_rule(rule: object) -> ModulesToTrain:
+    if rule is None:
+        return None
+    if isinstance(rule, str):
+        raise TypeError(
+            f"modules_to_train must be None, a collection of ids or a predicate; got the string "
+            f"{rule!r} (did you mean {{{rule!r}}}?)."
+        )
+    if isinstance(rule, Collection):
+        return frozenset(rule)
+    if callable(rule):
+        return rule
+    raise TypeError(
+        "modules_to_train must be None, a collection of module ids or a predicate "
+        f"module_id -> bool; got {type(rule).__name__} {rule!r}."
+    )
+
+
+def _check_positive_int(name: str, value: object, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise ValueError(
+            f"Learner {name} must be a positive int{' or None' if allow_none else ''}; "
+            f"got {value!r}."
+        )

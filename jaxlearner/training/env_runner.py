@@ -1,0 +1,493 @@
+"""Rollouts from gymnasium vector environments with a jitted policy.
+
+The :class:`EnvRunner` steps a ``gymnasium.vector.VectorEnv`` with a pure
+policy ``policy(params, obs, key) -> (actions, extras)``, jitted once. Per step
+the observations go to the device and the actions come back (the environment
+lives on the host); everything else the policy returns (log-probabilities,
+values) stays on the device and is stacked once per rollout.
+
+Autoreset: gymnasium 1.x vector envs reset a finished sub-environment either
+in the same step (``SAME_STEP``: the returned observation is already the next
+episode's first, the finished episode's last observation is in
+``infos["final_obs"]``) or on the next step (``NEXT_STEP``: the step after a
+done ignores the action and only resets). The runner reads
+``envs.metadata["autoreset_mode"]`` and handles both: ``next_obs`` is always
+the true next observation of the transition (the final observation when it
+ended the episode), and ``valid`` is ``False`` for ``NEXT_STEP``'s reset-only
+steps, which must not be trained on. Environments the runner creates use
+``SAME_STEP``, so every collected step is valid.
+
+This module and :mod:`jaxlearner.algorithms.spaces` are where gymnasium enters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeAlias, final
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.types import Params
+
+EnvLike: TypeAlias = str | gym.Env | gym.vector.VectorEnv | Callable[[], gym.Env]
+"""A gymnasium id, an env instance, a vector env, or a factory returning an env."""
+
+Policy: TypeAlias = Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]]
+"""``policy(params, obs [N, ...], key) -> (actions [N, ...], extras {name: [N, ...]})``."""
+
+VECTORIZATION: tuple[str, ...] = ("sync", "async")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """``T`` steps of ``N`` environments, time-major.
+
+    Attributes:
+      obs: ``[T, N, ...]`` observations the actions were taken in.
+      actions: ``[T, N, ...]`` actions, as the policy returned them.
+      rewards: ``[T, N]`` float32.
+      terminated: ``[T, N]`` bool, the episode ended in a terminal state.
+      truncated: ``[T, N]`` bool, the episode was cut (time limit).
+      next_obs: ``[T, N, ...]`` the observation each transition led to: the
+        final observation when the step ended the episode.
+      valid: ``[T, N]`` bool, ``False`` for reset-only steps (``NEXT_STEP``).
+      extras: ``{name: [T, N, ...]}`` what the policy returned besides the
+        actions (device arrays).
+      last_obs: ``[N, ...]`` the observations to act in next.
+      episode_returns: returns of the episodes completed during the rollout.
+      episode_lengths: their lengths.
+      episode_envs: the sub-environment each of them ran in.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    next_obs: np.ndarray
+    valid: np.ndarray
+    extras: dict[str, jax.Array]
+    last_obs: np.ndarray
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    episode_envs: list[int]
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps taken (reset-only steps excluded)."""
+        return int(self.valid.sum())
+
+    def experience(self) -> dict[str, Any]:
+        """The ``[T, N]`` arrays an algorithm's ``postprocess`` or ``transitions`` reads.
+
+        ``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``,
+        ``next_obs``, ``valid`` and the policy's extras (an ``extras["actions"]``
+        replaces the env actions: it is the action to train on).
+        """
+        return {
+            "obs": self.obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "next_obs": self.next_obs,
+            "valid": self.valid,
+            **self.extras,
+        }
+
+
+def make_vector_env(
+    env: EnvLike,
+    num_envs: int = 1,
+    vectorization: Literal["sync", "async"] = "sync",
+    env_config: Mapping[str, Any] | None = None,
+) -> gym.vector.VectorEnv:
+    """A gymnasium vector env from an id, an instance, a factory or a vector env.
+
+    Args:
+      env: a registered id (``"CartPole-v1"``), an ``Env`` instance (only with
+        ``num_envs=1``), a factory ``() -> Env``, or a ``VectorEnv`` (used as is).
+      num_envs: sub-environments.
+      vectorization: ``"sync"`` (one process) or ``"async"`` (one spawned
+        process per sub-environment).
+      env_config: keyword arguments for ``gymnasium.make`` or the factory.
+
+    Returns:
+      The vector env; those created here use the ``SAME_STEP`` autoreset mode.
+
+    Raises:
+      ValueError: on a bad ``num_envs`` or ``vectorization``, or an instance
+        with ``num_envs > 1``.
+      gymnasium.error.Error: for an unknown id (gymnasium's own message).
+
+    Example:
+      >>> envs = make_vector_env("CartPole-v1", num_envs=4)
+      >>> envs.num_envs
+      4
+    """
+    if isinstance(env, gym.vector.VectorEnv):
+        return env
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int; got {num_envs!r}.")
+    if vectorization not in VECTORIZATION:
+        raise ValueError(f"vectorization must be one of {VECTORIZATION}; got {vectorization!r}.")
+    config = dict(env_config or {})
+    if isinstance(env, str):
+        factory: Callable[[], gym.Env] = lambda: gym.make(env, **config)
+        factory()  # an unknown id raises gymnasium's error, naming the id, here
+    elif isinstance(env, gym.Env):
+        if num_envs != 1:
+            raise ValueError(
+                f"An env instance can be vectorized only with num_envs=1 (got {num_envs}); "
+                "pass an id or a factory (lambda: MyEnv()) for several copies."
+            )
+        factory = lambda: env
+    elif callable(env):
+        factory = lambda: env(**config)
+    else:
+        raise TypeError(
+            "env must be a gymnasium id, an Env, a VectorEnv or a factory () -> Env; got "
+            f"{type(env).__name__}."
+        )
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if vectorization == "sync":
+        return gym.vector.SyncVectorEnv([factory] * num_envs, autoreset_mode=mode)
+    # JAX is multithreaded: forking it can deadlock, so workers are spawned.
+    return gym.vector.AsyncVectorEnv([factory] * num_envs, autoreset_mode=mode, context="spawn")
+
+
+@final
+class EnvRunner:
+    """Collects rollouts of a policy from a gymnasium vector environment.
+
+    Args:
+      env: see :func:`make_vector_env`.
+      num_envs: sub-environments.
+      vectorization: ``"sync"`` or ``"async"``.
+      env_config: keyword arguments for ``gymnasium.make`` or the factory.
+      seed: seeds the first reset.
+
+    Example:
+      >>> runner = EnvRunner("CartPole-v1", num_envs=2, seed=0)
+      >>> def random_policy(params, obs, key):
+      ...     return jax.random.randint(key, obs.shape[:1], 0, 2), {}
+      >>> rollout = runner.sample(random_policy, None, 8, jax.random.key(0))
+      >>> rollout.obs.shape
+      (8, 2, 4)
+    """
+
+    def __init__(
+        self,
+        env: EnvLike,
+        *,
+        num_envs: int = 1,
+        vectorization: Literal["sync", "async"] = "sync",
+        env_config: Mapping[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self._envs = make_vector_env(env, num_envs, vectorization, env_config)
+        mode = self._envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        self._mode = gym.vector.AutoresetMode(mode)
+        if self._mode == gym.vector.AutoresetMode.DISABLED:
+            raise ValueError(
+                "The vector env's autoreset_mode is DISABLED; EnvRunner needs NEXT_STEP or "
+                "SAME_STEP so that finished sub-environments reset."
+            )
+        self._policies: dict[int, Callable[..., Any]] = {}
+        self.reset(seed)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Resets every sub-environment and the episode counters."""
+        obs, _ = self._envs.reset(seed=seed)
+        self._obs = _as_obs(obs)
+        n = self._envs.num_envs
+        self._resetting = np.zeros(n, bool)  # NEXT_STEP: this env's next step only resets
+        self._returns = np.zeros(n, np.float64)
+        self._lengths = np.zeros(n, np.int64)
+
+    @property
+    def envs(self) -> gym.vector.VectorEnv:
+        """The underlying vector env."""
+        return self._envs
+
+    @property
+    def num_envs(self) -> int:
+        """Sub-environments stepped together."""
+        return int(self._envs.num_envs)
+
+    @property
+    def observation_space(self) -> gym.Space:
+        """One sub-environment's observation space."""
+        return self._envs.single_observation_space
+
+    @property
+    def action_space(self) -> gym.Space:
+        """One sub-environment's action space."""
+        return self._envs.single_action_space
+
+    @property
+    def autoreset_mode(self) -> gym.vector.AutoresetMode:
+        """``SAME_STEP`` or ``NEXT_STEP``."""
+        return self._mode
+
+    def _jitted(self, policy: Policy) -> Callable[..., Any]:
+        if id(policy) not in self._policies:
+            self._policies[id(policy)] = jax.jit(policy)
+        return self._policies[id(policy)]
+
+    def sample(self, policy: Policy, params: Params, num_steps: int, key: jax.Array) -> Rollout:
+        """Steps all sub-environments ``num_steps`` times with ``policy``.
+
+        Args:
+          policy: ``policy(params, obs [N, ...], key) -> (actions, extras)``,
+            pure; jitted once per policy object.
+          params: passed to the policy (e.g. a module's params).
+          num_steps: steps ``T`` per sub-environment.
+          key: split once per step.
+
+        Returns:
+          A :class:`Rollout` of ``[T, N]`` arrays.
+        """
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"num_steps must be a positive int; got {num_steps!r}.")
+        act = self._jitted(policy)
+        columns: dict[str, list[Any]] = {
+            name: []
+            for name in (
+                "obs",
+                "actions",
+                "rewards",
+                "terminated",
+                "truncated",
+                "next_obs",
+                "valid",
+            )
+        }
+        extras: list[Mapping[str, Any]] = []
+        episode_returns: list[float] = []
+        episode_lengths: list[int] = []
+        episode_envs: list[int] = []
+        for step_key in jax.random.split(key, num_steps):
+            actions, extra = act(params, self._obs, step_key)
+            host_actions = np.asarray(actions)
+            obs, rewards, terminated, truncated, infos = self._envs.step(host_actions)
+            obs = _as_obs(obs)
+            valid = ~self._resetting
+            done = (terminated | truncated) & valid
+            next_obs = obs.copy()
+            if self._mode == gym.vector.AutoresetMode.SAME_STEP and done.any():
+                final = infos["final_obs"]
+                for i in np.flatnonzero(done):
+                    next_obs[i] = np.asarray(final[i], next_obs.dtype)
+            rewards = np.where(valid, rewards, 0.0)
+            self._returns += rewards
+            self._lengths += valid
+            for i in np.flatnonzero(done):
+                episode_returns.append(float(self._returns[i]))
+                episode_lengths.append(int(self._lengths[i]))
+                episode_envs.append(int(i))
+            self._returns[done] = 0.0
+            self._lengths[done] = 0
+            for name, value in (
+                ("obs", self._obs),
+                ("actions", host_actions),
+                ("rewards", rewards.astype(np.float32)),
+                ("terminated", terminated & valid),
+                ("truncated", truncated & valid),
+                ("next_obs", next_obs),
+                ("valid", valid),
+            ):
+                columns[name].append(value)
+            extras.append(extra)
+            if self._mode == gym.vector.AutoresetMode.NEXT_STEP:
+                self._resetting = done
+            self._obs = obs
+        stacked = {name: np.stack(values) for name, values in columns.items()}
+        return Rollout(
+            **stacked,
+            extras=_stack_on_device(extras),
+            last_obs=self._obs,
+            episode_returns=episode_returns,
+            episode_lengths=episode_lengths,
+            episode_envs=episode_envs,
+        )
+
+    def close(self) -> None:
+        """Closes the environments."""
+        self._envs.close()
+
+    def get_state(self) -> dict[str, Any]:
+        """The runner's state as JSON: its observations, episode counters and the envs'.
+
+        With a ``SyncVectorEnv`` the sub-environments' plain attributes are
+        captured too (numbers, arrays, strings and numpy random generators of
+        every wrapper and of the base env), which is their whole state for
+        environments such as gymnasium's classic control and toy text ones, so
+        :meth:`set_state` continues exactly where this runner was. Environments
+        whose state lives elsewhere (a physics engine's memory, other
+        processes with ``"async"``) are not captured; ``env_state_exact``
+        says which case applies.
+        """
+        envs = getattr(self._envs, "envs", None)
+        exact = isinstance(self._envs, gym.vector.SyncVectorEnv) and envs is not None
+        return {
+            "obs": _encode(self._obs),
+            "resetting": _encode(self._resetting),
+            "returns": _encode(self._returns),
+            "lengths": _encode(self._lengths),
+            "env_state_exact": exact,
+            "envs": [[_attributes(layer) for layer in _layers(env)] for env in envs]
+            if exact
+            else None,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what :meth:`get_state` captured.
+
+        Raises:
+          ValueError: when the number of sub-environments or their wrapper
+            layers differ from the captured ones.
+        """
+        obs = _decode(state["obs"])
+        if obs.shape[0] != self.num_envs:
+            raise ValueError(
+                f"The saved runner had {obs.shape[0]} environments; this one has {self.num_envs}."
+            )
+        self._obs = obs
+        self._resetting = _decode(state["resetting"])
+        self._returns = _decode(state["returns"])
+        self._lengths = _decode(state["lengths"])
+        saved_envs = state.get("envs")
+        envs = getattr(self._envs, "envs", None)
+        if not saved_envs or envs is None:
+            return
+        for env, saved_layers in zip(envs, saved_envs, strict=True):
+            layers = _layers(env)
+            if len(layers) != len(saved_layers):
+                raise ValueError(
+                    f"The saved environment had {len(saved_layers)} wrapper layers; this one has "
+                    f"{len(layers)} ({[type(layer).__name__ for layer in layers]})."
+                )
+            for layer, attributes in zip(layers, saved_layers, strict=True):
+                _set_attributes(layer, attributes)
+
+
+def _layers(env: gym.Env) -> list[Any]:
+    """An env's wrappers, outermost first, then the base env."""
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    """``obj``'s attributes that are plain data, JSON-encoded."""
+    captured = {}
+    for name, value in vars(obj).items():
+        if isinstance(value, np.random.Generator):
+            captured[name] = {"__generator__": value.bit_generator.state}
+        elif value is None or isinstance(value, bool | int | float | str):
+            captured[name] = {"__value__": value}
+        elif isinstance(value, np.ndarray | np.number | np.bool_) and value.dtype != object:
+            captured[name] = _encode(value)
+    return captured
+
+
+def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
+    for name, encoded in attributes.items():
+        if "__generator__" in encoded:
+            current = vars(obj).get(name)
+            if not isinstance(current, np.random.Generator):
+                current = np.random.Generator(np.random.PCG64())
+                setattr(obj, name, current)
+            current.bit_generator.state = encoded["__generator__"]
+        elif "__value__" in encoded:
+            setattr(obj, name, encoded["__value__"])
+        else:
+            value = _decode(encoded)
+            setattr(obj, name, value[()] if encoded.get("scalar") else value)
+
+
+def _encode(array: Any) -> dict[str, Any]:
+    array = np.asarray(array)
+    return {
+        "__array__": array.ravel().tolist(),
+        "dtype": str(array.dtype),
+        "shape": list(array.shape),
+        "scalar": array.ndim == 0,
+    }
+
+
+def _decode(encoded: dict[str, Any]) -> np.ndarray:
+    return np.asarray(encoded["__array__"], encoded["dtype"]).reshape(encoded["shape"])
+
+
+def _as_obs(obs: Any) -> np.ndarray:
+    """Observations as a numpy array, float64 narrowed to float32 (JAX's default)."""
+    obs = np.asarray(obs)
+    return obs.astype(np.float32) if obs.dtype == np.float64 else obs
+
+
+def _stack_on_device(extras: list[Mapping[str, Any]]) -> dict[str, jax.Array]:
+    if not extras or not extras[0]:
+        return {}
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *[dict(e) for e in extras])
+
+
+def evaluate(
+    runner: EnvRunner,
+    policy: Policy,
+    params: Params,
+    key: jax.Array,
+    seed: int | None = None,
+    max_steps: int = 100_000,
+) -> dict[str, float]:
+    """The first episode of every sub-environment, from a fresh reset.
+
+    Taking one whole episode per sub-environment (rather than the first
+    episodes to finish) keeps short episodes from being over-represented.
+
+    Args:
+      runner: an :class:`EnvRunner`; one episode per sub-environment is run.
+      policy: as for :meth:`EnvRunner.sample`, e.g. a deterministic policy.
+      params: the policy's params.
+      key: PRNG key.
+      seed: seed of the reset.
+      max_steps: a bound on steps, against policies that never end an episode.
+
+    Returns:
+      ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
+
+    Raises:
+      RuntimeError: when an episode has not finished within ``max_steps``.
+    """
+    runner.reset(seed)
+    returns: dict[int, float] = {}
+    lengths: dict[int, int] = {}
+    steps = 0
+    while len(returns) < runner.num_envs:
+        if steps >= max_steps:
+            raise RuntimeError(
+                f"{runner.num_envs - len(returns)} evaluation episode(s) did not finish within "
+                f"{max_steps} steps."
+            )
+        key, sample_key = jax.random.split(key)
+        rollout = runner.sample(policy, params, 32, sample_key)
+        steps += 32
+        for env, episode_return, length in zip(
+            rollout.episode_envs, rollout.episode_returns, rollout.episode_lengths, strict=True
+        ):
+            returns.setdefault(env, episode_return)
+            lengths.setdefault(env, length)
+    values = np.asarray(list(returns.values()))
+    return {
+        "return_mean": float(values.mean()),
+        "return_min": float(values.min()),
+        "return_max": float(values.max()),
+        "length_mean": float(np.mean(list(lengths.values()))),
+        "episodes": float(len(values)),
+    }

@@ -1,0 +1,177 @@
+"""Feeds: how the Trainer turns each rollout into learner updates, one per algorithm kind.
+
+An :class:`OnPolicyFeed` postprocesses the rollout and updates once on it.
+A :class:`ReplayFeed` adds the rollout's transitions to a device replay
+buffer and runs the updates due (none before ``learning_starts`` env steps,
+then ``updates_per_step`` per env step) with the compiled sample-then-update
+loop of :func:`~jaxlearner.algorithms.off_policy.make_replay_updates`, the
+same one :mod:`jaxlearner.anakin.train` compiles into its run. A feed keeps what
+must survive a checkpoint (the buffer, the fraction of an update carried
+over) and gives it to :meth:`~jaxlearner.Trainer.save`.
+
+Example:
+  >>> feed = make_feed(jl.algorithms.algorithm_for(learner))          # doctest: +SKIP
+  >>> state, metrics = feed.learn(state, module_state, experience, env_steps=256,
+  ...                             env_steps_before=0, key=key)          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, final
+
+import jax
+import numpy as np
+
+from jaxlearner.algorithms import replay_buffer
+from jaxlearner.algorithms.algorithm import (
+    Algorithm,
+    Experience,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+)
+from jaxlearner.algorithms.off_policy import make_replay_updates, updates_due
+from jaxlearner.core.state import LearnerState, ModuleState
+
+
+class Feed(Protocol):
+    """What the :class:`~jaxlearner.Trainer` does with a rollout, and saves of it."""
+
+    @property
+    def buffer(self) -> replay_buffer.ReplayBuffer | None:
+        """The replay buffer (``None`` on-policy, and before the first rollout)."""
+        ...
+
+    def learn(
+        self,
+        state: LearnerState,
+        module: ModuleState,
+        experience: Experience,
+        env_steps: int,
+        env_steps_before: int,
+        key: jax.Array,
+    ) -> tuple[LearnerState, Any]:
+        """Trains on one rollout of ``env_steps`` steps, collected with ``module`` after
+        ``env_steps_before`` steps; returns the new state and the learner's metrics (or
+        ``None`` when no update ran)."""
+        ...
+
+    def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(json, arrays)`` to save beside the learner state."""
+        ...
+
+    def restore(self, saved: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+        """Takes back what :meth:`save` gave."""
+        ...
+
+
+def make_feed(algorithm: Algorithm) -> Feed:
+    """The feed of the algorithm's kind.
+
+    Raises:
+      TypeError: for anything else than an on- or off-policy algorithm.
+    """
+    match algorithm:
+        case OnPolicyAlgorithm():
+            return OnPolicyFeed(algorithm)
+        case OffPolicyAlgorithm():
+            return ReplayFeed(algorithm)
+    raise TypeError(
+        "The Trainer needs a jl.algorithms.OnPolicyAlgorithm or OffPolicyAlgorithm; got "
+        f"{type(algorithm).__name__}."
+    )
+
+
+@final
+class OnPolicyFeed:
+    """Each rollout, postprocessed (jitted), is one batch for one ``learner.update``."""
+
+    buffer = None
+
+    def __init__(self, algorithm: OnPolicyAlgorithm) -> None:
+        self._algorithm = algorithm
+        self._postprocess = jax.jit(algorithm.postprocess)
+
+    def learn(
+        self,
+        state: LearnerState,
+        module: ModuleState,
+        experience: Experience,
+        env_steps: int,
+        env_steps_before: int,
+        key: jax.Array,
+    ) -> tuple[LearnerState, Any]:
+        del env_steps_before, key
+        algorithm = self._algorithm
+        batch = self._postprocess(module, experience)
+        return algorithm.learner.update(state, {algorithm.module_id: batch}, env_steps=env_steps)
+
+    def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {}, {}
+
+    def restore(self, saved: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+        del saved, arrays
+
+
+@final
+class ReplayFeed:
+    """Each rollout's transitions go into a replay buffer; the updates due sample from it.
+
+    The buffer is created from the first rollout's rows and placed like the
+    learner state. The env steps collected since the last update are counted
+    by the next one, so a schedule over env steps sees every step once.
+    """
+
+    def __init__(self, algorithm: OffPolicyAlgorithm) -> None:
+        self._algorithm = algorithm
+        self._transitions = jax.jit(algorithm.transitions)
+        self._add = jax.jit(replay_buffer.add, donate_argnums=0)
+        self._replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=0)
+        self._buffer: replay_buffer.ReplayBuffer | None = None
+        self._updates_due = 0.0
+        self._uncounted_env_steps = 0
+
+    @property
+    def buffer(self) -> replay_buffer.ReplayBuffer | None:
+        return self._buffer
+
+    def learn(
+        self,
+        state: LearnerState,
+        module: ModuleState,
+        experience: Experience,
+        env_steps: int,
+        env_steps_before: int,
+        key: jax.Array,
+    ) -> tuple[LearnerState, Any]:
+        del module
+        algorithm = self._algorithm
+        rows = self._transitions(experience)
+        if self._buffer is None:
+            example = jax.tree.map(lambda x: x[0], rows)
+            self._buffer = algorithm.learner.placement.put(
+                replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
+            )
+        self._buffer = self._add(self._buffer, rows)
+        self._uncounted_env_steps += env_steps
+        count, self._updates_due = updates_due(
+            algorithm, env_steps_before, env_steps, self._updates_due
+        )
+        if count == 0:
+            return state, None
+        keys = jax.random.split(key, count)
+        counted = np.int32(self._uncounted_env_steps)
+        state, metrics = self._replay_updates(state, self._buffer, keys, counted)
+        self._uncounted_env_steps = 0
+        return state, metrics
+
+    def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        saved = {"updates_due": self._updates_due, "uncounted_env_steps": self._uncounted_env_steps}
+        return saved, {} if self._buffer is None else {"buffer": self._buffer}
+
+    def restore(self, saved: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+        if "buffer" in arrays:
+            buffer = replay_buffer.ReplayBuffer(**arrays["buffer"])
+            self._buffer = self._algorithm.learner.placement.put(buffer)
+        self._updates_due = float(saved.get("updates_due", 0.0))
+        self._uncounted_env_steps = int(saved.get("uncounted_env_steps", 0))

@@ -1,0 +1,406 @@
+"""Trainer: step / eval / run around a built-in algorithm's learner and gymnasium envs.
+
+A thin loop anyone can read and copy: :meth:`Trainer.step` collects
+experience with an :class:`~jaxlearner.training.env_runner.EnvRunner` and calls the
+jitted update; :meth:`Trainer.eval` runs whole episodes with the deterministic
+policy; :meth:`Trainer.run` repeats ``step`` (and ``eval`` every so many env
+steps) until a stop condition holds. What happens to each rollout depends on
+the algorithm's kind (a :mod:`~jaxlearner.training.feeds` feed, chosen once):
+on-policy algorithms (PPO) train once on each rollout; off-policy ones (DQN,
+SAC) store transitions in a device replay buffer and run a compiled
+sample-and-update loop.
+
+Every iteration's learner metrics are fetched from the device once, flattened
+(``"default_policy/total_loss"``) and merged with the trainer's counters and
+episode statistics into one flat dict, which is returned, kept in
+:attr:`Trainer.history` and sent to the writers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, final
+
+import jax
+import numpy as np
+
+from jaxlearner.algorithms import Algorithm, algorithm_for, replay_buffer
+from jaxlearner.algorithms.spaces import check_recipe_spaces
+from jaxlearner.checkpoint import metadata as checkpoint_metadata
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.placement import DevicesLike
+from jaxlearner.core.state import LearnerState, ModuleState
+from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
+from jaxlearner.training.feeds import make_feed
+from jaxlearner.training.loggers import ProgressBar, Writer, flatten_metrics
+from jaxlearner.training.stop_conditions import AnyOf, StopCondition
+
+RECENT_EPISODES = 100
+"""Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
+
+
+@dataclasses.dataclass
+class TrainerCounters:
+    """The trainer's progress, saved with checkpoints (JSON).
+
+    Attributes:
+      iteration: training iterations done.
+      env_steps: env steps collected over the run's lifetime.
+      episodes: episodes completed.
+      time_total_s: seconds spent in ``step`` and ``eval``.
+      recent_returns: returns of the last episodes (window of 100).
+      recent_lengths: their lengths.
+    """
+
+    iteration: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    time_total_s: float = 0.0
+    recent_returns: list[float] = dataclasses.field(default_factory=list)
+    recent_lengths: list[int] = dataclasses.field(default_factory=list)
+
+    def count(self, rollout: Rollout, seconds: float) -> None:
+        """Counts one iteration's rollout, which took ``seconds`` with its update."""
+        self.iteration += 1
+        self.env_steps += rollout.env_steps
+        self.episodes += len(rollout.episode_returns)
+        self.recent_returns = (self.recent_returns + rollout.episode_returns)[-RECENT_EPISODES:]
+        self.recent_lengths = (self.recent_lengths + rollout.episode_lengths)[-RECENT_EPISODES:]
+        self.time_total_s += seconds
+
+
+@final
+class Trainer:
+    """Trains a built-in algorithm on a gymnasium environment.
+
+    Args:
+      learner: a learner from ``jl.algorithms.ppo/dqn/sac(...)`` (its
+        algorithm is derived from it: :func:`~jaxlearner.algorithms.algorithm_for`),
+        or an :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` or
+        :class:`~jaxlearner.algorithms.OffPolicyAlgorithm`.
+      env: a gymnasium id, an env instance, a factory or a vector env.
+      num_envs: sub-environments stepped together.
+      vectorization: ``"sync"`` or ``"async"``.
+      env_config: keyword arguments for ``gymnasium.make`` or the factory.
+      eval_episodes: episodes per :meth:`eval` (one per evaluation env).
+      seed: seeds the learner's init, the environments and the trainer's key.
+      devices: ``None`` (where the learner is placed already: the default
+        device unless it was built with ``devices=``), ``"all"`` (every
+        device, data-parallel), an int (the first n devices) or a list of
+        devices; the learner is re-placed with ``learner.on(devices)``.
+      writers: metric writers (console, JSON lines, TensorBoard, MLflow).
+      progress: show a progress bar; ``None`` shows one on a terminal.
+      state: a learner state to start from instead of ``learner.init``.
+
+    Raises:
+      ValueError: when the environment's spaces differ from those the learner
+        was built for, or options are invalid.
+
+    Example:
+      >>> import gymnasium as gym, jaxlearner as jl
+      >>> env = gym.make("CartPole-v1")
+      >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space)
+      >>> trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8)    # doctest: +SKIP
+      >>> history = trainer.run([jl.RewardBound(475.0)], steps_per_eval=20_000)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        learner: Learner | Algorithm,
+        env: EnvLike,
+        *,
+        num_envs: int = 8,
+        vectorization: Literal["sync", "async"] = "sync",
+        env_config: Mapping[str, Any] | None = None,
+        eval_episodes: int = 10,
+        seed: int = 0,
+        devices: DevicesLike = None,
+        writers: Sequence[Writer] = (),
+        progress: bool | None = None,
+        state: LearnerState | None = None,
+    ) -> None:
+        algorithm = learner if isinstance(learner, Algorithm) else algorithm_for(learner)
+        if devices is not None:
+            algorithm = algorithm.with_learner(algorithm.learner.on(devices))
+        self._algorithm = algorithm
+        if type(eval_episodes) is not int or eval_episodes < 1:  # bool is no count
+            raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
+        self._env, self._env_config = env, dict(env_config or {})
+        self._vectorization = vectorization
+        runner = self._runner = EnvRunner(
+            env, num_envs=num_envs, vectorization=vectorization, env_config=env_config, seed=seed
+        )
+        check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
+        self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
+        self._feed = make_feed(algorithm)
+        self._eval_episodes = eval_episodes
+        self._eval_runners: dict[str, EnvRunner] = {}
+        self._writers = tuple(writers)
+        self._progress_enabled = progress
+        self._seed = seed
+        init_key, self._key = jax.random.split(jax.random.key(seed))
+        if state is None:
+            state = self.learner.init(init_key)
+        self._state = self.learner.placement.put(state)
+        self.counters = TrainerCounters()
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The algorithm being trained."""
+        return self._algorithm
+
+    @property
+    def learner(self) -> Learner:
+        """The learner being trained."""
+        return self._algorithm.learner
+
+    @property
+    def state(self) -> LearnerState:
+        """The current learner state (replicated over the learner's mesh, if it has one)."""
+        return self._state
+
+    @property
+    def buffer(self) -> replay_buffer.ReplayBuffer | None:
+        """The replay buffer of an off-policy algorithm (``None`` before the first step)."""
+        return self._feed.buffer
+
+    @property
+    def runner(self) -> EnvRunner:
+        """The training env runner."""
+        return self._runner
+
+    def _module_state(self) -> ModuleState:
+        state = self.learner.placement.get(self._state)
+        return state.modules[self._algorithm.module_id]
+
+    def step(self) -> dict[str, float]:
+        """One iteration: collect experience, update, log.
+
+        Returns:
+          A flat dict: ``iteration``, ``env_steps`` (lifetime), ``episodes``,
+          ``episode_return_mean`` / ``_min`` / ``_max`` and
+          ``episode_len_mean`` over the last 100 episodes, ``num_episodes``
+          (this iteration), ``env_steps_per_s``, ``time_this_iter_s``,
+          ``time_total_s``, and the learner's metrics flattened
+          (``"default_policy/total_loss"``, ``"__all__/num_grad_steps"``, ...).
+        """
+        start = time.perf_counter()
+        self._key, sample_key, update_key = jax.random.split(self._key, 3)
+        module = self._module_state()
+        rollout = self._runner.sample(
+            self._algorithm.explore, module, self._rollout_steps, sample_key
+        )
+        before = self.counters.env_steps
+        self._state, metrics = self._feed.learn(
+            self._state, module, rollout.experience(), rollout.env_steps, before, update_key
+        )
+        learner_metrics = flatten_metrics(jax.device_get(metrics)) if metrics else {}
+        elapsed = time.perf_counter() - start
+        counters = self.counters
+        counters.count(rollout, elapsed)
+        stats = {
+            "iteration": float(counters.iteration),
+            "env_steps": float(counters.env_steps),
+            "episodes": float(counters.episodes),
+            "num_episodes": float(len(rollout.episode_returns)),
+            "env_steps_per_s": rollout.env_steps / max(elapsed, 1e-9),
+            "time_this_iter_s": elapsed,
+            "time_total_s": counters.time_total_s,
+            **_episode_stats(counters),
+            **learner_metrics,
+        }
+        self._record(stats)
+        return stats
+
+    def eval(
+        self,
+        env_config: Mapping[str, Any] | None = None,
+        deterministic: bool = True,
+        episodes: int | None = None,
+    ) -> dict[str, float]:
+        """Runs one whole episode in each of ``episodes`` separate evaluation envs.
+
+        Args:
+          env_config: keyword arguments for the evaluation envs (default: the
+            training ``env_config``).
+          deterministic: act with the deterministic policy (else explore).
+          episodes: evaluation episodes (default ``eval_episodes``).
+
+        Returns:
+          ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
+        """
+        start = time.perf_counter()
+        count = self._eval_episodes if episodes is None else episodes
+        config = self._env_config if env_config is None else dict(env_config)
+        cache_key = repr((sorted(config.items()), count))
+        if cache_key not in self._eval_runners:
+            self._eval_runners[cache_key] = EnvRunner(
+                self._env, num_envs=count, vectorization=self._vectorization, env_config=config
+            )
+        policy = self._algorithm.exploit if deterministic else self._algorithm.explore
+        self._key, eval_key = jax.random.split(self._key)
+        results = evaluate(
+            self._eval_runners[cache_key],
+            policy,
+            self._module_state(),
+            eval_key,
+            seed=self._seed + 10_000 + self.counters.iteration,
+        )
+        self.counters.time_total_s += time.perf_counter() - start
+        return results
+
+    def run(
+        self,
+        stop_conditions: StopCondition | Sequence[StopCondition] = (),
+        steps_per_eval: int | None = None,
+        max_iterations: int | None = None,
+        on_iteration: Callable[[dict[str, float]], None] | None = None,
+    ) -> list[dict[str, float]]:
+        """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
+
+        Args:
+          stop_conditions: a condition or a list (any of them stops the run).
+          steps_per_eval: env steps between evaluations (``None``: no
+            evaluation); results join the iteration's stats as ``"eval/..."``.
+          max_iterations: a hard bound on iterations, a safety net.
+          on_iteration: called with each iteration's stats (e.g. to save a
+            checkpoint).
+
+        Returns:
+          The stats of the iterations this call ran.
+
+        Raises:
+          ValueError: when there is neither a stop condition nor ``max_iterations``.
+        """
+        if isinstance(stop_conditions, StopCondition) and not isinstance(stop_conditions, list):
+            stop_conditions = [stop_conditions]
+        conditions = list(stop_conditions)
+        if not conditions and max_iterations is None:
+            raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
+        stop = AnyOf(*conditions) if conditions else (lambda history: False)
+        bar = ProgressBar(total=_target_steps(conditions), enabled=self._progress_enabled)
+        next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
+        ran: list[dict[str, float]] = []
+        try:
+            while max_iterations is None or len(ran) < max_iterations:
+                stats = self.step()
+                if next_eval is not None and self.counters.env_steps >= next_eval:
+                    stats.update({f"eval/{k}": v for k, v in self.eval().items()})
+                    stats["time_total_s"] = self.counters.time_total_s
+                    next_eval = self.counters.env_steps + steps_per_eval
+                    self.history[-1] = stats
+                    evaluation = {
+                        k: v
+                        for k, v in stats.items()
+                        if k.startswith("eval/") or k in ("env_steps", "iteration")
+                    }
+                    for writer in self._writers:
+                        writer.write(self.counters.iteration, evaluation)
+                ran.append(stats)
+                bar.update(stats)
+                if on_iteration is not None:
+                    on_iteration(stats)
+                if stop(self.history):
+                    break
+        finally:
+            bar.close()
+        return ran
+
+    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
+        """Saves everything needed to continue exactly: learner state, counters, env
+        state, the trainer's key, the replay buffer and :attr:`history` (which
+        stop conditions such as ``Plateau`` read).
+
+        Args:
+          checkpoint: the manager to save with.
+          metrics: metrics to rank the step by (default: the last iteration's stats).
+
+        Returns:
+          The step saved: the iteration count.
+
+        Example:
+          >>> ckpt = jl.CheckpointManager("runs/ppo")                   # doctest: +SKIP
+          >>> trainer.save(ckpt)                                         # doctest: +SKIP
+        """
+        step = self.counters.iteration
+        if metrics is None:
+            metrics = self.history[-1] if self.history else {}
+        feed_extra, feed_arrays = self._feed.save()
+        arrays = {"key": jax.random.key_data(self._key), **feed_arrays}
+        extra = {
+            "trainer": dataclasses.asdict(self.counters),
+            # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
+            "history": [checkpoint_metadata.flatten_metrics(entry) for entry in self.history],
+            "runner": self._runner.get_state(),
+            **feed_extra,
+        }
+        checkpoint.save(
+            step, self._state, self.learner, metrics=dict(metrics), extra=extra, extra_arrays=arrays
+        )
+        return step
+
+    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
+        """Continues from a step saved by :meth:`save` (default: the latest).
+
+        The learner state, counters, history, trainer key, replay buffer and
+        the environments' state come back, so the next iterations (and when
+        :meth:`run`'s stop conditions hold) equal those of an uninterrupted
+        run (for environments whose state the runner can capture; see
+        :meth:`~jaxlearner.training.env_runner.EnvRunner.get_state`).
+
+        Raises:
+          ValueError: when the step was not saved by a trainer.
+        """
+        state = checkpoint.restore(self.learner, step)
+        extra, arrays = checkpoint.restore_extra(step)
+        if not isinstance(extra, dict) or "trainer" not in extra or arrays is None:
+            raise ValueError(
+                "This checkpoint step holds a learner state but no trainer state; restore it "
+                "with checkpoint.restore(learner) and pass state= to the Trainer instead."
+            )
+        self._state = state
+        self.counters = TrainerCounters(**extra["trainer"])
+        self.history = [
+            {key: float(value) for key, value in entry.items()}
+            for entry in extra.get("history", [])
+        ]
+        self._runner.set_state(extra["runner"])
+        self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
+        self._feed.restore(extra, arrays)
+
+    def _record(self, stats: dict[str, float]) -> None:
+        self.history.append(stats)
+        for writer in self._writers:
+            writer.write(self.counters.iteration, stats)
+
+    def close(self) -> None:
+        """Closes the environments and the writers."""
+        self._runner.close()
+        for runner in self._eval_runners.values():
+            runner.close()
+        for writer in self._writers:
+            writer.close()
+
+
+def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
+    if not counters.recent_returns:
+        return {}
+    returns = np.asarray(counters.recent_returns)
+    return {
+        "episode_return_mean": float(returns.mean()),
+        "episode_return_min": float(returns.min()),
+        "episode_return_max": float(returns.max()),
+        "episode_len_mean": float(np.mean(counters.recent_lengths)),
+    }
+
+
+def _target_steps(conditions: Sequence[StopCondition]) -> int | None:
+    for condition in conditions:
+        steps = getattr(condition, "steps", None)
+        if isinstance(steps, int):
+            return steps
+    return None
