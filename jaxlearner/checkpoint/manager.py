@@ -65,7 +65,7 @@ from jaxlearner.checkpoint.metadata import (
     check_extra,
     check_format,
     decode_layouts,
-    flatten_metrics,
+    json_metrics,
     shorten,
 )
 from jaxlearner.checkpoint.options import CheckpointOptions, check_best_metric, metric_ranker
@@ -252,7 +252,7 @@ class CheckpointManager:
                 "build it with jl.Learner(..., sample_batch=batch) or batch_layout=... "
                 "(built-in algorithms know theirs)."
             )
-        flat_metrics = flatten_metrics(metrics)
+        flat_metrics = json_metrics(metrics)
         if self._options.best_metric is not None:
             check_best_metric(self._options.best_metric, flat_metrics)
         tree = plain_tree(state, stored_leaf)

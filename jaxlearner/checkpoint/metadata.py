@@ -248,12 +248,13 @@ def _jsonable(value: Any) -> Any:
     return _short_repr(value, limit=500)
 
 
-def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
+def json_metrics(metrics: Metrics | None) -> dict[str, float | str]:
     """Metrics as flat ``{"a/b": float}`` JSON values; non-finite values as ``"nan"``/``"inf"``.
 
-    The traversal of :func:`jaxlearner.training.loggers.flatten_metrics`, made strict for
-    saving: a value that is not a real scalar is an error rather than dropped
-    (a saved metric may rank steps, so a silently missing one would mislead),
+    :func:`~jaxlearner.core.metrics.iter_metrics`'s traversal, as the writers'
+    ``flatten_metrics`` uses it, made strict for saving: a value that is not a
+    real scalar is an error rather than dropped (a saved metric may rank steps,
+    so a silently missing one would mislead),
     two keys that flatten alike are an error, and non-finite values, which JSON
     cannot hold, become strings.
 
@@ -262,7 +263,7 @@ def flatten_metrics(metrics: Metrics | None) -> dict[str, float | str]:
       ValueError: when a value is not a real scalar, or two keys flatten alike.
 
     Example:
-      >>> flatten_metrics({"policy": {"loss": 0.5}, "eval/return_mean": 2})
+      >>> json_metrics({"policy": {"loss": 0.5}, "eval/return_mean": 2})
       {'policy/loss': 0.5, 'eval/return_mean': 2.0}
     """
     if metrics is None:

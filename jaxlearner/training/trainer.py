@@ -334,7 +334,7 @@ class Trainer:
         extra = {
             "trainer": dataclasses.asdict(self.counters),
             # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
-            "history": [checkpoint_metadata.flatten_metrics(entry) for entry in self.history],
+            "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
             "runner": self._runner.get_state(),
             **feed_extra,
         }
