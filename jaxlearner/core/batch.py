@@ -249,3 +249,45 @@ def env_steps_by_module(
         if value > np.iinfo(np.int32).max:
             raise ValueError(f"env_steps for {m!r} is {value}, above the int32 counter's range.")
     return {m: np.int32(v) for m, v in values.items()}
+
+
+def learner_layout(
+    sample_batch: Batch | None,
+    layout: Mapping[str, Layout] | None,
+    module_ids: tuple[str, ...],
+) -> dict[str, Layout] | None:
+    """A learner's batch layout from a sample batch or given layouts (one, or neither).
+
+    Raises:
+      TypeError: when both are given.
+      ValueError: when they do not cover exactly the learner's modules.
+    """
+    if sample_batch is not None and layout is not None:
+        raise TypeError("Pass sample_batch= or batch_layout=, not both.")
+    given = "sample_batch" if sample_batch is not None else "batch_layout"
+    if sample_batch is not None:
+        sample = normalize_batch(sample_batch, module_ids)
+        layout = {m: batch_layout(m, b) for m, b in sample.items()}
+    if layout is None:
+        return None
+    if set(layout) != set(module_ids):
+        raise ValueError(
+            f"{given} covers modules {sorted(layout)} but the learner has {sorted(module_ids)}."
+        )
+    return dict(layout)
+
+
+def batch_sizes(batch: Mapping[str, Batch], layout: Mapping[str, Layout] | None) -> dict[str, int]:
+    """Each module's batch size, checked against its layout (without one, on its own).
+
+    Raises:
+      KeyError, ValueError, TypeError: as :func:`validate_batch` and :func:`batch_layout`.
+    """
+    if layout is None:
+        return {m: _checked_size(m, b) for m, b in batch.items()}
+    return {m: validate_batch(m, b, layout[m]) for m, b in batch.items()}
+
+
+def _checked_size(module_id: str, batch: Batch) -> int:
+    batch_layout(module_id, batch)  # leading sizes, float64
+    return batch_size(module_id, batch)

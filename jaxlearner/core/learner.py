@@ -21,11 +21,11 @@ from jax.sharding import Mesh
 
 from jaxlearner.core.batch import (
     Layout,
-    batch_size,
+    batch_sizes,
     env_steps_by_module,
+    learner_layout,
     minibatch_plan,
     normalize_batch,
-    validate_batch,
     zeros_like_layout,
 )
 from jaxlearner.core.batch import batch_layout as layout_of
@@ -44,7 +44,7 @@ from jaxlearner.core.update import UpdateFn, make_update
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Batch, Params
 
-_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LearnerConfig))
+_CONFIG_FIELDS = LearnerConfig.field_names()
 _VALUE_FIELDS = ("modules", "batch_layout", "placement")
 
 
@@ -106,31 +106,10 @@ class Learner:
         placement: Placement | None = None,
         **options: Any,
     ) -> None:
-        unknown = sorted(set(options) - set(_CONFIG_FIELDS))
-        if unknown:
-            raise TypeError(
-                f"Learner got unknown option(s) {unknown}; valid: {[*_CONFIG_FIELDS]} (or "
-                "config=, sample_batch=, batch_layout=, devices=, mesh=, placement=)."
-            )
-        if config is not None and options:
-            raise TypeError("Pass config=LearnerConfig(...) or its fields as keywords, not both.")
-        if config is not None and not isinstance(config, LearnerConfig):
-            raise TypeError(f"config must be a jl.LearnerConfig; got {type(config).__name__}.")
-        config = config if config is not None else LearnerConfig(**options)
-        if placement is None:
-            placement = Placement.of(devices, mesh)
-        elif devices is not None or mesh is not None:
-            raise TypeError("Pass placement= or devices=/mesh=, not both.")
+        config = LearnerConfig.of(config, options)
+        placement = Placement.of(devices, mesh, placement=placement)
         specs = check_specs(modules, config.loss)
-        if sample_batch is not None and batch_layout is not None:
-            raise TypeError("Pass sample_batch= or batch_layout=, not both.")
-        if sample_batch is not None:
-            sample = normalize_batch(sample_batch, tuple(specs))
-            _check_layout_ids(sample, tuple(specs), "sample_batch")
-            batch_layout = {m: layout_of(m, sample[m]) for m in specs}
-        if batch_layout is not None:
-            batch_layout = {m: batch_layout[m] for m in batch_layout}
-            _check_layout_ids(batch_layout, tuple(specs), "batch_layout")
+        batch_layout = learner_layout(sample_batch, batch_layout, tuple(specs))
         set_ = object.__setattr__
         set_(self, "_specs", specs)
         set_(self, "_config", config)
@@ -285,17 +264,12 @@ class Learner:
             batch = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
         else:
             batch = normalize_batch(sample_batch, self.module_ids)
-        missing = [m for m in self._specs if m not in batch]
-        if missing:
-            raise ReadableKeyError(
-                f"init needs a sample batch for every module; missing {missing} (modules: "
-                f"{list(self._specs)})."
-            )
-        for m in self._specs:
-            if self._layout is None:
-                layout_of(m, batch[m])
-            else:
-                validate_batch(m, batch[m], self._layout[m])
+            if set(batch) != set(self._specs):
+                raise ReadableKeyError(
+                    f"init needs a sample batch for every module; missing "
+                    f"{[m for m in self._specs if m not in batch]} (modules: {list(self._specs)})."
+                )
+            batch_sizes(batch, self._layout)
         init_key, state_key = jax.random.split(key)
         inputs = find_init_inputs(self._specs, batch, init_key, self._config.loss)
         modules = {
@@ -372,13 +346,7 @@ class Learner:
         self.check_state(state)
         batch = normalize_batch(batch, self.module_ids)
         processes = 1 if self._placement.mesh is None else jax.process_count()
-        sizes = {}
-        for m, module_batch in batch.items():
-            if self._layout is None:
-                layout_of(m, module_batch)
-                sizes[m] = batch_size(m, module_batch) * processes
-            else:
-                sizes[m] = validate_batch(m, module_batch, self._layout[m]) * processes
+        sizes = {m: size * processes for m, size in batch_sizes(batch, self._layout).items()}
         if not any(m in self._trained for m in batch):
             raise ValueError(
                 f"None of the batch's modules {sorted(batch)} is trained; modules_to_train is "
@@ -495,11 +463,4 @@ class Learner:
             f"Learner(modules={list(self._specs)}, minibatch_size="
             f"{self._config.minibatch_size}, num_epochs={self._config.num_epochs}, "
             f"modules_to_train={sorted(self._trained)}, {self._placement!r})"
-        )
-
-
-def _check_layout_ids(layout: Mapping[str, Any], module_ids: tuple[str, ...], name: str) -> None:
-    if set(layout) != set(module_ids):
-        raise ValueError(
-            f"{name} covers modules {sorted(layout)} but the learner has {sorted(module_ids)}."
         )

@@ -102,6 +102,33 @@ class LearnerConfig:
             object.__setattr__(self, "minibatch_size", int(self.minibatch_size))
         object.__setattr__(self, "num_epochs", int(self.num_epochs))
 
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The names of the fields, in order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def of(cls, config: LearnerConfig | None, options: Mapping[str, Any]) -> LearnerConfig:
+        """``config``, or one built from its fields given as keywords (not both).
+
+        Raises:
+          TypeError: for both, an unknown field (the valid ones are listed), or a
+            ``config`` that is not a :class:`LearnerConfig`.
+        """
+        unknown = sorted(set(options) - set(cls.field_names()))
+        if unknown:
+            raise TypeError(
+                f"Learner got unknown option(s) {unknown}; valid: {list(cls.field_names())} (or "
+                "config=, sample_batch=, batch_layout=, devices=, mesh=, placement=)."
+            )
+        if config is None:
+            return cls(**options)
+        if options:
+            raise TypeError("Pass config=LearnerConfig(...) or its fields as keywords, not both.")
+        if not isinstance(config, LearnerConfig):
+            raise TypeError(f"config must be a jl.LearnerConfig; got {type(config).__name__}.")
+        return config
+
     def trained(self, module_ids: Sequence[str]) -> frozenset[str]:
         """The ids among ``module_ids`` that get gradient steps.
 

@@ -69,19 +69,31 @@ class Placement:
             )
 
     @classmethod
-    def of(cls, devices: DevicesLike = None, mesh: Mesh | None = None) -> Placement:
-        """A placement from a device choice or a mesh.
+    def of(
+        cls,
+        devices: DevicesLike = None,
+        mesh: Mesh | None = None,
+        *,
+        placement: Placement | None = None,
+    ) -> Placement:
+        """A placement from a device choice, a mesh, or a placement as is.
 
         Args:
           devices: ``None`` (the default device), ``"all"`` (every device of
             every process), an int ``n`` (the first ``n``) or a list of devices.
           mesh: a mesh with a ``"data"`` axis (other axes hold replicas),
             instead of ``devices``.
+          placement: a placement, returned as is (instead of the other two).
 
         Raises:
-          ValueError: for both arguments, an empty device list, too many
-            devices, an unknown string, or a mesh without a ``"data"`` axis.
+          ValueError: for both ``devices`` and ``mesh``, an empty device list,
+            too many devices, an unknown string, or a mesh without a ``"data"`` axis.
+          TypeError: for ``placement`` together with ``devices`` or ``mesh``.
         """
+        if placement is not None:
+            if devices is not None or mesh is not None:
+                raise TypeError("Pass placement= or devices=/mesh=, not both.")
+            return placement
         if mesh is not None:
             if devices is not None:
                 raise ValueError("Pass devices= or mesh=, not both.")
