@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from jaxlearner.training.loggers import (
+    COMPILING,
     ConsoleWriter,
     JSONLinesWriter,
     MLflowWriter,
     ProgressBar,
     TensorBoardWriter,
     Writer,
+    describe_stop,
     flatten_metrics,
     read_json_lines,
 )
@@ -89,3 +91,155 @@ def test_progress_bar_when_enabled(capsys):
     bar.close()
     err = capsys.readouterr().err
     assert "40/100" in err and "return=12" in err
+
+
+class _FakeClock:
+    """Seconds set by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_console_writer_throttles_by_wall_time_and_prints_first_and_last():
+    stream, clock = io.StringIO(), _FakeClock()
+    writer = ConsoleWriter(keys=("env_steps",), stream=stream, every_seconds=2.0, clock=clock)
+    for iteration, now in enumerate([0.0, 0.5, 1.9, 2.0, 2.5, 3.0], start=1):
+        clock.now = now
+        writer.write(iteration, {"env_steps": 16.0 * iteration})
+    assert stream.getvalue().splitlines() == ["iter 1 | env_steps 16", "iter 4 | env_steps 64"]
+    writer.close()  # the last line, held back, is printed at the end
+    assert stream.getvalue().splitlines()[-1] == "iter 6 | env_steps 96"
+    writer.close()
+    assert len(stream.getvalue().splitlines()) == 3
+
+
+def test_console_writer_throttles_by_env_steps_and_always_prints_evaluations():
+    stream, clock = io.StringIO(), _FakeClock()
+    writer = ConsoleWriter(
+        keys=("env_steps", "eval/return_mean"),
+        stream=stream,
+        every_seconds=None,
+        every_env_steps=100,
+        clock=clock,
+    )
+    for iteration in range(1, 14):  # 16 env steps per iteration, as off-policy runs do
+        writer.write(iteration, {"env_steps": 16.0 * iteration})
+    writer.write(13, {"env_steps": 208.0, "eval/return_mean": 9.0})
+    writer.close()
+    assert stream.getvalue().splitlines() == [
+        "iter 1 | env_steps 16",
+        "iter 8 | env_steps 128",  # 112 >= 100 steps after the first line
+        "iter 13 | env_steps 208 | eval/return_mean 9",
+    ]
+    with pytest.raises(ValueError, match="every_env_steps must be a positive int"):
+        ConsoleWriter(every_env_steps=0)
+    with pytest.raises(ValueError, match="every_seconds must be >= 0"):
+        ConsoleWriter(every_seconds=-1.0)
+
+
+def test_console_lines_go_above_an_active_bar(monkeypatch):
+    from tqdm.auto import tqdm
+
+    stream = io.StringIO()
+    written = []
+    original = tqdm.write
+
+    def spy(line, file=None, **kwargs):
+        written.append(line)
+        original(line, file=file, **kwargs)
+
+    monkeypatch.setattr(tqdm, "write", spy)
+    writer = ConsoleWriter(keys=("env_steps",), stream=stream, every_seconds=None)
+    writer.write(0, {"env_steps": 0.0})  # no bar yet: a plain print
+    bar = ProgressBar(total=1000, enabled=True, stream=stream)
+    lines = [f"iter {i} | env_steps {100 * i}" for i in range(1, 6)]
+    for i in range(1, 6):
+        bar.update({"env_steps": 100.0 * i})
+        writer.write(i, {"env_steps": 100.0 * i})
+    bar.close()
+    writer.write(6, {"env_steps": 600.0})  # the bar is gone: a plain print again
+    assert written == lines
+    # The terminal's rows: tqdm redraws the bar after "\r"; every console line
+    # must be a row of its own, whole, never glued to the bar.
+    rows = [row.strip() for row in stream.getvalue().replace("\r", "\n").split("\n")]
+    for line in ["iter 0 | env_steps 0", *lines, "iter 6 | env_steps 600"]:
+        assert rows.count(line) == 1, (line, rows)
+    assert not any("| env_steps" in row and "step/s" in row for row in rows)
+
+
+def test_progress_bar_shows_budget_stop_rule_and_compilation():
+    stream = io.StringIO()
+    bar = ProgressBar(
+        total=300_000,
+        enabled=True,
+        description=describe_stop(300_000, 475.0, times=2),
+        stream=stream,
+    )
+    first = stream.getvalue()
+    assert "stops at 2 evals >= 475 in a row or 300k steps" in first
+    assert COMPILING in first and "/300000" in first
+    bar.set_total(400_000)
+    bar.set_description("stops at 400k steps")
+    bar.update({"env_steps": 2048.0, "episode_return_mean": 21.5})
+    bar.close()
+    last = stream.getvalue().split("\r")[-1]
+    assert "stops at 400k steps" in last and "2048/400000" in last
+    assert COMPILING not in last and "return=21.5" in last
+    bar.close()  # closing twice is harmless
+
+
+def test_describe_stop():
+    assert describe_stop(300_000, 475, times=2) == "stops at 2 evals >= 475 in a row or 300k steps"
+    assert describe_stop(stop_reward=-150.5) == "stops at an eval >= -150.5"
+    assert describe_stop(max_env_steps=1_500_000) == "stops at 1.5M steps"
+    assert describe_stop(max_env_steps=500) == "stops at 500 steps"
+    assert describe_stop() == ""
+
+
+def _read_scalar_events(folder):
+    """``[(tag, step, value)]`` from tensorboardX event files: TFRecord framing
+    (8-byte length, 4-byte CRC, data, 4-byte CRC) around ``Event`` protos."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars = []
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset < len(data):
+            length = int.from_bytes(data[offset : offset + 8], "little")
+            event = Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.append((value.tag, event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_writer_logs_at_env_steps(tmp_path):
+    pytest.importorskip("tensorboardX")
+    writer = TensorBoardWriter(tmp_path / "tb")
+    writer.write(1, {"env_steps": 2048.0, "episode_return_mean": 20.0})
+    writer.write(2, {"env_steps": 4096.0, "episode_return_mean": 30.0})
+    writer.write(3, {"policy/total_loss": 0.5})  # no env_steps: the iteration
+    writer.close()
+    assert _read_scalar_events(tmp_path / "tb") == [
+        ("env_steps", 2048, 2048.0),
+        ("episode_return_mean", 2048, 20.0),
+        ("env_steps", 4096, 4096.0),
+        ("episode_return_mean", 4096, 30.0),
+        ("policy/total_loss", 3, 0.5),
+    ]
+
+
+def test_mlflow_writer_logs_at_env_steps(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = f"file://{tmp_path / 'mlruns'}"
+    writer = MLflowWriter(experiment="test", run_name="r", tracking_uri=uri)
+    writer.write(1, {"env_steps": 2048.0, "episode_return_mean": 20.0})
+    writer.close()
+    client = mlflow.tracking.MlflowClient(uri)
+    history = client.get_metric_history(writer.run_id, "episode_return_mean")
+    assert [(m.value, m.step) for m in history] == [(20.0, 2048)]

@@ -14,7 +14,8 @@ import json
 import math
 import pathlib
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Protocol, final, runtime_checkable
 
 from jaxlearner.core.metrics import iter_metrics
@@ -46,12 +47,32 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
 
 @final
 class ConsoleWriter:
-    """Prints a few chosen metrics per iteration, every ``every`` iterations.
+    """Prints a few chosen metrics per iteration, throttled by wall time or env steps.
+
+    An off-policy run can finish an iteration every 16 env steps; printing each
+    would flood the terminal. A line is printed when it is due: at least
+    ``every_seconds`` of wall time or ``every_env_steps`` env steps (whichever
+    comes first, each rule only when set) have passed since the last printed
+    line. The first line is always printed, and so is every line holding an
+    ``eval/`` metric; :meth:`close` prints the last line held back, so the end
+    of the run is always shown. With both rules ``None`` every line is printed.
+
+    While a :class:`ProgressBar` is shown, lines go through ``tqdm.write``, which
+    clears the bar, prints the line and redraws the bar below it, so lines and
+    bar never mix on one terminal row.
 
     Args:
       keys: the metrics to print, in order (missing ones are skipped).
-      every: print every this many iterations.
+      every: consider only every this many iterations (1: all of them).
       stream: where to print (default ``sys.stdout``).
+      every_seconds: the least wall time between printed lines (default 2 s);
+        ``None``: no time rule.
+      every_env_steps: the least env steps (``metrics["env_steps"]``) between
+        printed lines; ``None`` (default): no env-step rule.
+      clock: seconds, monotonic (default ``time.monotonic``); tests pass a fake.
+
+    Example:
+      >>> writer = ConsoleWriter(every_seconds=None, every_env_steps=10_000)  # doctest: +SKIP
     """
 
     DEFAULT_KEYS = (
@@ -63,13 +84,37 @@ class ConsoleWriter:
     )
 
     def __init__(
-        self, keys: Sequence[str] = DEFAULT_KEYS, every: int = 1, stream: IO[str] | None = None
+        self,
+        keys: Sequence[str] = DEFAULT_KEYS,
+        every: int = 1,
+        stream: IO[str] | None = None,
+        *,
+        every_seconds: float | None = 2.0,
+        every_env_steps: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"ConsoleWriter every must be a positive int; got {every!r}.")
+        if every_seconds is not None and not every_seconds >= 0:
+            raise ValueError(
+                f"ConsoleWriter every_seconds must be >= 0 or None; got {every_seconds!r}."
+            )
+        if every_env_steps is not None and (
+            not isinstance(every_env_steps, int) or every_env_steps < 1
+        ):
+            raise ValueError(
+                "ConsoleWriter every_env_steps must be a positive int or None; got "
+                f"{every_env_steps!r}."
+            )
         self._keys = tuple(keys)
         self._every = every
         self._stream = stream
+        self._every_seconds = every_seconds
+        self._every_env_steps = every_env_steps
+        self._clock = clock
+        self._last_time: float | None = None
+        self._last_env_steps = 0.0
+        self._held: str | None = None
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
         if step % self._every:
@@ -77,10 +122,42 @@ class ConsoleWriter:
         parts = [f"iter {step}"] + [
             f"{key} {_format(metrics[key])}" for key in self._keys if key in metrics
         ]
-        print(" | ".join(parts), file=self._stream or sys.stdout, flush=True)
+        line = " | ".join(parts)
+        now = self._clock()
+        env_steps = metrics.get("env_steps", self._last_env_steps)
+        if self._due(now, env_steps) or any(key.startswith("eval/") for key in metrics):
+            self._print(line)
+            self._last_time, self._last_env_steps, self._held = now, env_steps, None
+        else:
+            self._held = line
+
+    def _due(self, now: float, env_steps: float) -> bool:
+        if self._last_time is None:
+            return True
+        if self._every_seconds is None and self._every_env_steps is None:
+            return True
+        if self._every_seconds is not None and now - self._last_time >= self._every_seconds:
+            return True
+        return (
+            self._every_env_steps is not None
+            and env_steps - self._last_env_steps >= self._every_env_steps
+        )
+
+    def _print(self, line: str) -> None:
+        stream = self._stream or sys.stdout
+        if _ACTIVE_BARS:
+            from tqdm.auto import tqdm
+
+            tqdm.write(line, file=stream)
+            stream.flush()
+        else:
+            print(line, file=stream, flush=True)
 
     def close(self) -> None:
-        pass
+        """Prints the last line held back by the throttle, if any."""
+        if self._held is not None:
+            self._print(self._held)
+            self._held = None
 
 
 def _format(value: float) -> str:
@@ -118,6 +195,14 @@ class JSONLinesWriter:
         self._file.close()
 
 
+def _x_step(step: int, metrics: Mapping[str, float]) -> int:
+    """The step to log at: ``metrics["env_steps"]`` when present and finite, else ``step``."""
+    env_steps = metrics.get("env_steps")
+    if env_steps is not None and math.isfinite(env_steps):
+        return int(env_steps)
+    return step
+
+
 def read_json_lines(path: str | pathlib.Path) -> list[dict[str, Any]]:
     """The records a :class:`JSONLinesWriter` wrote, in order."""
     with pathlib.Path(path).open(encoding="utf-8") as file:
@@ -127,6 +212,10 @@ def read_json_lines(path: str | pathlib.Path) -> list[dict[str, Any]]:
 @final
 class TensorBoardWriter:
     """Writes scalars with tensorboardX (``pip install jaxlearner[tensorboard]``).
+
+    The x axis is env steps: :meth:`write` logs at ``metrics["env_steps"]``
+    when present (else at ``step``, the iteration), so curves of algorithms
+    with very different env steps per iteration (PPO, DQN, SAC) line up.
 
     Args:
       logdir: the TensorBoard log folder.
@@ -145,8 +234,10 @@ class TensorBoardWriter:
         self._writer = SummaryWriter(str(logdir))
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Logs every metric at ``metrics["env_steps"]`` if present, else at ``step``."""
+        at = _x_step(step, metrics)
         for name, value in metrics.items():
-            self._writer.add_scalar(name, value, step)
+            self._writer.add_scalar(name, value, at)
         self._writer.flush()
 
     def close(self) -> None:
@@ -156,6 +247,10 @@ class TensorBoardWriter:
 @final
 class MLflowWriter:
     """Logs metrics to an MLflow run (``pip install jaxlearner[mlflow]``).
+
+    Like :class:`TensorBoardWriter`, it logs at ``metrics["env_steps"]`` when
+    present (else at ``step``, the iteration): env steps are the x axis that
+    compares across algorithms.
 
     Args:
       experiment: the MLflow experiment name (created if missing).
@@ -190,38 +285,126 @@ class MLflowWriter:
         return self._run.info.run_id
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Logs the finite metrics at ``metrics["env_steps"]`` if present, else at ``step``."""
         finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
-        self._mlflow.log_metrics(finite, step=step)
+        self._mlflow.log_metrics(finite, step=_x_step(step, metrics))
 
     def close(self) -> None:
         self._mlflow.end_run()
+
+
+_ACTIVE_BARS: list[ProgressBar] = []
+"""The bars on screen now; :class:`ConsoleWriter` prints through ``tqdm.write`` while any is."""
+
+COMPILING = "compiling the first iteration..."
+"""The bar's postfix until the first iteration ends (it includes XLA compilation)."""
+
+
+def describe_stop(
+    max_env_steps: int | None = None,
+    stop_reward: float | None = None,
+    times: int = 1,
+) -> str:
+    """A short description of a run's stop rule, for :class:`ProgressBar`.
+
+    Args:
+      max_env_steps: the env-step budget, if any.
+      stop_reward: the evaluation return that stops the run, if any.
+      times: evaluations in a row that must reach ``stop_reward``.
+
+    Returns:
+      E.g. ``"stops at 2 evals >= 475 in a row or 300k steps"``; ``""`` when
+      neither rule is given.
+
+    Example:
+      >>> describe_stop(300_000, 475, times=2)
+      'stops at 2 evals >= 475 in a row or 300k steps'
+      >>> describe_stop(max_env_steps=1_500_000)
+      'stops at 1.5M steps'
+    """
+    rules = []
+    if stop_reward is not None:
+        if times > 1:
+            rules.append(f"{times} evals >= {stop_reward:g} in a row")
+        else:
+            rules.append(f"an eval >= {stop_reward:g}")
+    if max_env_steps is not None:
+        rules.append(f"{_short_count(max_env_steps)} steps")
+    return f"stops at {' or '.join(rules)}" if rules else ""
+
+
+def _short_count(count: float) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(count) >= size:
+            return f"{count / size:.4g}{suffix}"
+    return f"{count:g}"
 
 
 @final
 class ProgressBar:
     """A tqdm bar over env steps showing the recent return and steps per second.
 
-    Off when the output is not a terminal, or when ``enabled=False``.
+    Off when the output is not a terminal, or when ``enabled=False``. Until the
+    first :meth:`update`, the bar's postfix says the first iteration is
+    compiling (:data:`COMPILING`), which explains a long first wait.
+    While the bar is shown, :class:`ConsoleWriter` lines are printed above it.
 
     Args:
-      total: the env steps the run aims for, if known.
+      total: the run's env-step budget (e.g. ``MaxEnvSteps.steps``), so the bar
+        shows a fraction and an ETA; ``None``: a counter without an end.
       enabled: ``None`` follows whether stderr is a terminal.
+      description: text before the bar, e.g. the stop rule from
+        :func:`describe_stop`.
+      stream: where the bar is drawn (default ``sys.stderr``).
+
+    Example:
+      >>> bar = ProgressBar(
+      ...     total=300_000, description=describe_stop(300_000, 475, times=2)
+      ... )  # doctest: +SKIP
+      >>> bar.update({"env_steps": 2048, "episode_return_mean": 21.5})  # doctest: +SKIP
+      >>> bar.close()  # doctest: +SKIP
     """
 
-    def __init__(self, total: int | None = None, enabled: bool | None = None) -> None:
+    def __init__(
+        self,
+        total: int | None = None,
+        enabled: bool | None = None,
+        *,
+        description: str | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
         if enabled is None:
             enabled = sys.stderr.isatty()
         self._bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total,
+                desc=description or None,
+                unit="step",
+                dynamic_ncols=True,
+                file=stream,
+                postfix=COMPILING,
+            )
+            _ACTIVE_BARS.append(self)
         self._last = 0
 
     @property
     def enabled(self) -> bool:
         """Whether a bar is shown."""
         return self._bar is not None
+
+    def set_total(self, total: int | None) -> None:
+        """Sets the env-step budget the bar runs to (``None``: no end)."""
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+
+    def set_description(self, description: str) -> None:
+        """Sets the text before the bar, e.g. :func:`describe_stop`'s."""
+        if self._bar is not None:
+            self._bar.set_description_str(description)
 
     def update(self, metrics: Mapping[str, float]) -> None:
         """Moves the bar to ``metrics["env_steps"]`` and shows return and speed."""
@@ -243,3 +426,5 @@ class ProgressBar:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+            self._bar = None
+            _ACTIVE_BARS.remove(self)
