@@ -433,6 +433,7 @@ def _play_episode(
 
 def _plot(args: argparse.Namespace) -> int:
     from jaxlearner.training.loggers import read_json_lines
+    from jaxlearner.training.plotting import place_legend, plot_run
 
     runs = [_read_run(path) for path in args.runs]
     import matplotlib
@@ -452,23 +453,10 @@ def _plot(args: argparse.Namespace) -> int:
         if not train and not evals:
             raise _UsageError(f"{run / METRICS_FILE} holds no returns to plot")
         label = f"{info['algorithm']} {info['env']} ({run.name})"
-        line = axes.plot(
-            [r["env_steps"] for r in train], [r["episode_return_mean"] for r in train], label=label
-        )[0]
-        axes.plot(
-            [r["env_steps"] for r in evals],
-            [r["eval/return_mean"] for r in evals],
-            "o",
-            color=line.get_color(),
-            label=f"{label}, evaluation",
-        )
-    axes.set_xlabel("env steps")
-    axes.set_ylabel("episode return")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
+        plot_run(records, ax=axes, label=label, stop_reward=info.get("stop_reward"))
+    place_legend(axes)
     out = pathlib.Path(args.out) if args.out else runs[0][0] / "learning_curve.png"
-    figure.tight_layout()
-    figure.savefig(out, dpi=120)
+    figure.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(figure)
     print(out)
     return 0
