@@ -55,8 +55,9 @@ PostprocessFn: TypeAlias = Callable[[ModuleState, Experience], Batch]
 TransitionsFn: TypeAlias = Callable[[Experience], Batch]
 """``transitions(experience [T, N, ...]) -> replay rows [T * N, ...]``, pure."""
 
-TDErrorsFn: TypeAlias = Callable[[ModuleState, Batch], jax.Array]
-"""``td_errors(module_state, batch [B, ...]) -> [B]``: the TD error the loss trains each row on."""
+TDErrorsFn: TypeAlias = Callable[[ModuleState, Batch, jax.Array], jax.Array]
+"""``td_errors(module_state, batch [B, ...], key) -> [B]``: each row's TD error as the loss
+computes it (``key`` for losses that sample, e.g. SAC's next actions)."""
 
 
 @final
@@ -68,7 +69,7 @@ class PrioritizedReplay:
     samples rows with probability ``p_i^alpha / sum_k p_k^alpha``, adds their
     importance weights to the batch as ``batch["weights"]`` (the loss
     multiplies each row's TD loss by it) and, before the update changes the
-    params, sets each sampled row's priority to ``|td_errors(module, batch)| + eps``,
+    params, sets each sampled row's priority to ``|td_errors(module, batch, key)| + eps``,
     the TD error the update trains on (the paper's Algorithm 1, RLlib's
     ``update_priorities``).
 

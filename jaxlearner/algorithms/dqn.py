@@ -117,7 +117,7 @@ from jaxlearner.algorithms.off_policy import (
     check_choice,
     check_non_negative_int,
     check_optional_positive,
-    check_prioritized_replay,
+    check_prioritized_replay_config,
     masked_mean,
     replay_layout,
     replay_transitions,
@@ -168,17 +168,7 @@ class DQNConfig:
 
     def __post_init__(self) -> None:
         owner = "DQNConfig"
-        if not isinstance(self.prioritized_replay, bool):
-            raise ValueError(
-                f"{owner}.prioritized_replay must be True or False; got "
-                f"{self.prioritized_replay!r}."
-            )
-        check_prioritized_replay(
-            owner,
-            self.prioritized_replay_alpha,
-            self.prioritized_replay_beta,
-            self.prioritized_replay_eps,
-        )
+        check_prioritized_replay_config(owner, self)
         for name in ("lr", "tau", "epsilon"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_schedule(owner, lr=self.lr, tau=self.tau, epsilon=self.epsilon)
@@ -415,7 +405,8 @@ def make_algorithm(
     prioritized = None
     if config.prioritized_replay:
 
-        def td_errors(module: ModuleState, batch: Batch) -> jax.Array:
+        def td_errors(module: ModuleState, batch: Batch, key: jax.Array) -> jax.Array:
+            del key
             return dqn_td_error(
                 model.apply, module.params, module.extra[TARGET], batch, config.double_q
             )[0]

@@ -254,7 +254,9 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
             )
         rows, indices, weights = prioritized_replay.sample(buffer, key, batch_size, options.beta)
         batch = {**rows, "weights": weights}
-        td_errors = options.td_errors(state.modules[module_id], batch)
+        # Sampling uses `key` itself; a key folded from it drives what td_errors samples.
+        td_key = jax.random.fold_in(key, 1)
+        td_errors = options.td_errors(state.modules[module_id], batch, td_key)
         # Reset-only rows (mask 0) have no TD error; they keep only eps.
         priorities = jax.lax.stop_gradient(jnp.abs(td_errors) * rows["mask"])
         return batch, prioritized_replay.update_priorities(buffer, indices, priorities)
@@ -354,9 +356,20 @@ def td_error_loss(td_error: jax.Array, kind: str) -> jax.Array:
     return td_error**2
 
 
-def check_prioritized_replay(owner: str, alpha: Any, beta: Any, eps: Any) -> None:
-    """Raises ``ValueError`` unless ``alpha`` and ``beta`` lie in ``[0, 1]`` and ``eps >= 0``."""
-    for name, value, high in (("alpha", alpha, 1.0), ("beta", beta, 1.0), ("eps", eps, math.inf)):
+def check_prioritized_replay_config(owner: str, config: Any) -> None:
+    """Checks a config's ``prioritized_replay`` fields (DQN's and SAC's).
+
+    Raises:
+      ValueError: unless ``prioritized_replay`` is a bool, ``prioritized_replay_alpha``
+        and ``prioritized_replay_beta`` numbers in ``[0, 1]`` and
+        ``prioritized_replay_eps`` a number ``>= 0``.
+    """
+    if not isinstance(config.prioritized_replay, bool):
+        raise ValueError(
+            f"{owner}.prioritized_replay must be True or False; got {config.prioritized_replay!r}."
+        )
+    for name, high in (("alpha", 1.0), ("beta", 1.0), ("eps", math.inf)):
+        value = getattr(config, f"prioritized_replay_{name}")
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
