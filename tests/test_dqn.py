@@ -479,3 +479,20 @@ def test_dqn_learns_cartpole():
     assert final["return_mean"] >= 400.0
     # Every sampled env step reached the learner's counters (epsilon, target updates).
     assert history[-1]["default_policy/num_env_steps_trained"] == trainer.counters.env_steps
+
+
+@pytest.mark.slow
+def test_dqn_with_prioritized_replay_learns_cartpole():
+    env = gym.make("CartPole-v1")
+    config = {**DQN_CARTPOLE, "prioritized_replay": True}
+    learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
+    trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
+    start = time.perf_counter()
+    history = trainer.run([jl.RewardBound(450.0), jl.MaxEnvSteps(60_000)], steps_per_eval=2560)
+    final = trainer.eval()
+    print(
+        f"Prioritized DQN CartPole: {trainer.counters.env_steps} env steps, "
+        f"{time.perf_counter() - start:.0f} s, eval {final['return_mean']}"
+    )
+    assert history[-1]["eval/return_mean"] >= 450.0
+    assert final["return_mean"] >= 400.0
