@@ -285,13 +285,15 @@ def test_agents_split_over_devices_equal_single_agent_runs():
         )
 
 
-def test_dqn_fills_the_replay_buffer_then_updates_every_iteration():
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_dqn_fills_the_replay_buffer_then_updates_every_iteration(prioritized):
     config = {
         "hidden_sizes": (8,),
         "train_batch_size": 16,
         "replay_buffer_capacity": 1000,
         "num_steps_sampled_before_learning_starts": 100,
         "rollout_fragment_length": 4,
+        "prioritized_replay": prioritized,
     }
     dqn = build("dqn", config)
     run = anakin.AnakinConfig(num_envs=4, num_iterations=3, eval_envs=2)
@@ -306,6 +308,13 @@ def test_dqn_fills_the_replay_buffer_then_updates_every_iteration():
     np.testing.assert_array_equal(metrics["default_policy/num_env_steps_trained"], [16, 32, 48])
     assert np.all(np.isfinite(metrics["default_policy/total_loss"]))
     assert metrics["eval/return_mean"].shape == (1,)
+    # With prioritized replay the buffer carried between iterations holds the TD errors
+    # of the rows trained on (the rest keep the max priority of when they were added).
+    assert hasattr(state.buffer, "sum_tree") == prioritized
+    if prioritized:
+        leaves = state.buffer.sum_tree.shape[0] // 2
+        priorities = np.asarray(state.buffer.sum_tree[leaves : leaves + 144])
+        assert len(np.unique(priorities)) > 10
 
 
 # Plots.

@@ -11,8 +11,8 @@ import pytest
 from helpers import DQN_CARTPOLE, maybe_jit, tree_equal
 
 import jaxlearner as jl
-from jaxlearner.algorithms import replay_buffer
-from jaxlearner.algorithms.dqn import dqn_loss
+from jaxlearner.algorithms import off_policy, prioritized_replay, replay_buffer
+from jaxlearner.algorithms.dqn import dqn_loss, dqn_td_error
 from jaxlearner.training.env_runner import EnvRunner
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -83,6 +83,23 @@ def test_dqn_loss_gradient_reaches_only_the_taken_q_values(jit):
     expected = np.zeros((3, 2), np.float32)
     expected[0, 1], expected[2, 1] = -1 / 3, 0.5 / 3
     np.testing.assert_allclose(grads["q"], expected, rtol=1e-6, atol=1e-8)
+
+
+# Importance weights multiply each row's loss; the mean stays over the mask (3 rows).
+# Huber, double-Q row losses [2.1, 0.0, 0.125] (above) with weights [0.5, 1.0, 0.2] (and
+# any weight on the masked row): (0.5 * 2.1 + 0.2 * 0.125) / 3.
+def test_dqn_loss_weights_each_row_by_its_importance_weight(jit):
+    loss = dqn_loss()
+    ctx = table_context()
+    batch = {**BATCH, "weights": np.asarray([0.5, 1.0, 0.2, 7.0], np.float32)}
+    value, metrics = maybe_jit(lambda p, b: loss(p, b, ctx), jit)({"q": jnp.asarray(ONLINE)}, batch)
+    np.testing.assert_allclose(value, (0.5 * 2.1 + 0.2 * 0.125) / 3, rtol=1e-6)
+    # The TD errors themselves (and the metrics of them) are not weighted.
+    np.testing.assert_allclose(metrics["td_error_mean"], (2.6 + 0.0 + 0.5) / 3, rtol=1e-6)
+    td_error, _, _ = maybe_jit(
+        lambda p, b: dqn_td_error(ctx.apply, p, ctx.extra["target_params"], b), jit
+    )({"q": jnp.asarray(ONLINE)}, batch)
+    np.testing.assert_allclose(td_error[:3], [-2.6, 0.0, 0.5], rtol=1e-6, atol=1e-7)
 
 
 def dqn_algorithm(config=None, action_space=CARTPOLE.action_space):
@@ -275,6 +292,17 @@ def test_config_validation_and_recipe_round_trip():
         ({"replay_buffer_capacity": 16}, r"replay_buffer_capacity \(16\) is smaller"),
         ({"epsilon": [[5, 1.0]]}, "Malformed piecewise schedule"),
         ({"grad_clip_by": "max"}, "grad_clip_by must be one of"),
+        ({"prioritized_replay": 1}, "prioritized_replay must be True or False; got 1"),
+        (
+            {"prioritized_replay_alpha": 1.5},
+            r"prioritized_replay_alpha must be a number in \[0, 1\]",
+        ),
+        (
+            {"prioritized_replay_beta": -0.1},
+            r"prioritized_replay_beta must be a number in \[0, 1\]",
+        ),
+        ({"prioritized_replay_eps": -1e-6}, "prioritized_replay_eps must be a number >= 0"),
+        ({"prioritized_replay_beta": "0.4"}, "prioritized_replay_beta must be a number in"),
     ]:
         with pytest.raises(ValueError, match=message):
             jl.algorithms.DQNConfig(**bad)
@@ -313,6 +341,128 @@ def test_updates_on_replay_batches_from_an_env_runner_compile_once():
     assert int(metrics["__all__"]["num_grad_steps"]) == 4
 
 
+PRIORITIZED = {
+    "prioritized_replay": True,
+    "train_batch_size": 16,
+    "hidden_sizes": (8,),
+    "rollout_fragment_length": 4,
+    "num_steps_sampled_before_learning_starts": 32,
+    "replay_buffer_capacity": 256,
+    "training_intensity": 8,
+}
+
+
+def prioritized_trainer(seed=3, config=None):
+    learner = jl.algorithms.dqn(
+        CARTPOLE.observation_space, CARTPOLE.action_space, {**PRIORITIZED, **(config or {})}
+    )
+    return jl.Trainer(learner, "CartPole-v1", num_envs=2, seed=seed, progress=False)
+
+
+def test_prioritized_replay_is_off_by_default_and_chosen_in_one_place():
+    uniform = dqn_algorithm()
+    assert uniform.prioritized_replay is None
+    assert "weights" not in uniform.learner.batch_layout["default_policy"]
+    example = {"x": jnp.zeros(())}
+    assert isinstance(off_policy.replay_init(uniform, example), replay_buffer.ReplayBuffer)
+    algorithm = dqn_algorithm({"prioritized_replay": True, "prioritized_replay_alpha": 0.5})
+    options = algorithm.prioritized_replay
+    assert (options.alpha, options.beta, options.eps) == (0.5, 0.4, 1e-6)
+    assert "weights" in algorithm.learner.batch_layout["default_policy"]
+    buffer = off_policy.replay_init(algorithm, example)
+    assert isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer)
+    assert float(buffer.alpha) == 0.5
+    # The recipe carries the option, so a restored learner rebuilds the same algorithm.
+    again = jl.algorithms.from_recipe(algorithm.learner.recipe)
+    assert again.prioritized_replay is not None and again.config == algorithm.config
+
+
+def test_prioritized_replay_updates_priorities_and_weights_the_loss():
+    algorithm = dqn_algorithm({**PRIORITIZED, "target_network_update_freq": 8})
+    learner, module_id = algorithm.learner, algorithm.module_id
+    state = learner.init(jax.random.key(0))
+    runner = EnvRunner("CartPole-v1", num_envs=2, seed=0)
+    rollout = runner.sample(algorithm.explore, state.modules[module_id], 32, jax.random.key(1))
+    rows = jax.jit(algorithm.transitions)(rollout.experience())
+    buffer = off_policy.replay_init(algorithm, jax.tree.map(lambda x: x[0], rows))
+    buffer = jax.jit(off_policy.replay_add)(buffer, rows)
+    leaves = buffer.sum_tree.shape[0] // 2
+    # New rows all get the max priority, 1 (and 1^alpha = 1), before any update.
+    np.testing.assert_allclose(buffer.sum_tree[leaves : leaves + 64], 1.0)
+    # Unequal priorities, so the importance weights differ from row to row.
+    buffer = prioritized_replay.update_priorities(
+        buffer, jnp.arange(64), jnp.linspace(0.1, 3.0, 64)
+    )
+
+    # The loss the update takes equals the hand-weighted TD loss of the sampled batch,
+    # and the sampled rows' priorities become |TD error| + eps under the same params.
+    key = jax.random.key(2)
+    sampled, indices, weights = prioritized_replay.sample(buffer, key, 16, 0.4)
+    module = state.modules[module_id]
+    model = learner.specs[module_id].model
+    td_error, _, _ = dqn_td_error(
+        model.apply, module.params, module.extra["target_params"], sampled
+    )
+    huber = np.where(np.abs(td_error) < 1, 0.5 * td_error**2, np.abs(td_error) - 0.5)
+    mask = np.asarray(sampled["mask"])
+    expected_loss = (np.asarray(weights) * huber * mask).sum() / max(mask.sum(), 1.0)
+
+    replay_updates = jax.jit(off_policy.make_replay_updates(algorithm))
+    new_state, new_buffer, metrics = replay_updates(state, buffer, key[None], np.int32(64))
+    np.testing.assert_allclose(metrics[module_id]["total_loss"], expected_loss, rtol=1e-5)
+    last = {int(i): k for k, i in enumerate(np.asarray(indices))}  # duplicates: the last wins
+    for row, k in last.items():
+        priority = abs(float(td_error[k])) * mask[k] + 1e-6
+        np.testing.assert_allclose(new_buffer.sum_tree[leaves + row], priority**0.6, rtol=1e-4)
+    assert int(new_state.modules[module_id].grad_steps) == 1
+    # Uniform weights would have given another loss: the weights are applied.
+    assert not np.allclose(weights, 1.0)
+
+
+def test_trainer_with_prioritized_replay_runs_and_priorities_spread():
+    trainer = prioritized_trainer()
+    for _ in range(8):
+        stats = trainer.step()
+    assert np.isfinite(stats["default_policy/total_loss"])
+    buffer = trainer.buffer
+    assert isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer)
+    size, leaves = int(buffer.size), buffer.sum_tree.shape[0] // 2
+    priorities = np.asarray(buffer.sum_tree[leaves : leaves + size]) ** (1 / 0.6)
+    # Updated rows hold their TD errors, no longer all the max priority.
+    assert len(np.unique(priorities)) > 10
+    assert (priorities < float(buffer.max_priority) - 1e-6).sum() > 10
+
+
+def test_trainer_checkpoint_round_trips_the_prioritized_buffer(tmp_path):
+    straight = prioritized_trainer()
+    expected = [straight.step() for _ in range(8)]
+    interrupted = prioritized_trainer()
+    for _ in range(5):
+        interrupted.step()
+    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
+        interrupted.save(checkpoint)
+        checkpoint.wait_until_finished()
+    resumed = prioritized_trainer(seed=11)
+    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
+        resumed.restore(checkpoint)
+    assert isinstance(resumed.buffer, prioritized_replay.PrioritizedReplayBuffer)
+    assert tree_equal(resumed.buffer, interrupted.buffer)
+    continued = [resumed.step() for _ in range(3)]
+    timing = ("env_steps_per_s", "time_this_iter_s", "time_total_s")
+    for want, got in zip(expected[5:], continued, strict=True):
+        assert {k: v for k, v in want.items() if k not in timing} == {
+            k: v for k, v in got.items() if k not in timing
+        }
+    assert tree_equal(resumed.buffer, straight.buffer)
+    # A uniform trainer refuses the prioritized buffer, saying why.
+    uniform = prioritized_trainer(config={"prioritized_replay": False})
+    with (
+        jl.CheckpointManager(tmp_path / "ckpt") as checkpoint,
+        pytest.raises(ValueError, match="saved replay buffer is prioritized"),
+    ):
+        uniform.restore(checkpoint)
+
+
 @pytest.mark.slow
 def test_dqn_learns_cartpole():
     env = gym.make("CartPole-v1")
@@ -329,3 +479,20 @@ def test_dqn_learns_cartpole():
     assert final["return_mean"] >= 400.0
     # Every sampled env step reached the learner's counters (epsilon, target updates).
     assert history[-1]["default_policy/num_env_steps_trained"] == trainer.counters.env_steps
+
+
+@pytest.mark.slow
+def test_dqn_with_prioritized_replay_learns_cartpole():
+    env = gym.make("CartPole-v1")
+    config = {**DQN_CARTPOLE, "prioritized_replay": True}
+    learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
+    trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
+    start = time.perf_counter()
+    history = trainer.run([jl.RewardBound(450.0), jl.MaxEnvSteps(60_000)], steps_per_eval=2560)
+    final = trainer.eval()
+    print(
+        f"Prioritized DQN CartPole: {trainer.counters.env_steps} env steps, "
+        f"{time.perf_counter() - start:.0f} s, eval {final['return_mean']}"
+    )
+    assert history[-1]["eval/return_mean"] >= 450.0
+    assert final["return_mean"] >= 400.0

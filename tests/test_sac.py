@@ -2,6 +2,7 @@
 
 import math
 import time
+from types import SimpleNamespace
 
 import chex
 import gymnasium as gym
@@ -12,9 +13,9 @@ import pytest
 from helpers import maybe_jit, tree_equal
 
 import jaxlearner as jl
-from jaxlearner.algorithms import replay_buffer
+from jaxlearner.algorithms import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.distribution_spec import DistributionSpec
-from jaxlearner.algorithms.sac import sac_loss, target_entropy_for
+from jaxlearner.algorithms.sac import sac_loss, sac_td_errors, target_entropy_for
 from jaxlearner.training.env_runner import EnvRunner
 
 PENDULUM = gym.make("Pendulum-v1")
@@ -251,6 +252,56 @@ def test_discrete_sac_samples_and_exploits_the_most_likely_action():
     assert len(np.unique(greedy)) == 1
 
 
+def test_prioritized_replay_weights_only_the_critic_term_and_gives_td_errors(jit):
+    # As above, with importance weights [2, 0.5] on the two real rows (row 2 is masked):
+    # the critic term weighs each row's Huber losses; actor and temperature do not change.
+    v_s1 = 0.25 * (1 - 0.5 * np.log(0.25)) + 0.75 * (0 - 0.5 * np.log(0.75))
+    y0 = 1 + 0.5 * v_s1
+    critic = (2 * 0.5 * (2 - y0) ** 2 + 0.5 * 0.0) / 2 + (2 * 0.5 * (1 - y0) ** 2 + 0.5 * 1.5) / 2
+    loss = sac_loss(DISCRETE, "huber")
+    ctx = context(DISCRETE_PARAMS, DISCRETE_TARGET, target_entropy=0.5)
+    weighted = {**DISCRETE_BATCH, "weights": np.asarray([2.0, 0.5, 9.0], np.float32)}
+    run = maybe_jit(lambda p, b: loss(p, b, ctx)[0], jit)
+    terms, plain = run(DISCRETE_PARAMS, weighted), run(DISCRETE_PARAMS, DISCRETE_BATCH)
+    np.testing.assert_allclose(terms["critic"], critic, rtol=1e-5)
+    np.testing.assert_allclose(terms["actor"], plain["actor"], rtol=1e-6)
+    np.testing.assert_allclose(terms["temperature"], plain["temperature"], rtol=1e-6)
+    # Priorities: the mean over the critics of |Q_c(s, a) - y|: row 0 [2, 1] - y0,
+    # row 1 [0, 2] - 0, row 2 (masked, the loop zeroes it) Q_c(s2, 1) = [2, 3] vs
+    # y2 = 50 + 0.9 V(s0), V(s0) = sum_a 1/2 (min_c Q_target(s0, a) - 0.5 log 1/2) = 0.5 log 2 / 2.
+    model = SimpleNamespace(apply=table_apply, distribution=DISCRETE)
+    module = SimpleNamespace(
+        params=DISCRETE_PARAMS, extra=ctx.extra, hyperparams=ctx.hyperparams, counters={}
+    )
+    td = maybe_jit(lambda b: sac_td_errors(model, module, b, jax.random.key(0)), jit)(weighted)
+    y2 = 50 + 0.9 * (0.5 * np.log(2))
+    expected = [(abs(2 - y0) + abs(1 - y0)) / 2, 1.0, (abs(2 - y2) + abs(3 - y2)) / 2]
+    np.testing.assert_allclose(td, expected, rtol=1e-5)
+
+
+def test_trainer_with_prioritized_replay_updates_priorities():
+    config = {
+        **SMALL,
+        "prioritized_replay": True,
+        "train_batch_size": 16,
+        "num_steps_sampled_before_learning_starts": 32,
+        "replay_buffer_capacity": 256,
+        "training_intensity": 8,
+    }
+    learner = jl.algorithms.sac(PENDULUM.observation_space, PENDULUM.action_space, config)
+    assert "weights" in learner.batch_layout["default_policy"]
+    trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=2, seed=0, progress=False)
+    for _ in range(8):
+        stats = trainer.step()
+    assert all(np.isfinite(stats[f"default_policy/loss/{t}"]) for t in TERMS)
+    buffer = trainer.buffer
+    assert isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer)
+    leaves = buffer.sum_tree.shape[0] // 2
+    priorities = np.asarray(buffer.sum_tree[leaves : leaves + int(buffer.size)]) ** (1 / 0.6)
+    assert len(np.unique(priorities)) > 10
+    assert (priorities < float(buffer.max_priority) - 1e-6).sum() > 10
+
+
 def replay_batch(size=16, seed=0):
     rng = np.random.default_rng(seed)
     return {
@@ -306,6 +357,12 @@ def test_config_validation_and_recipe_round_trip():
         ({"train_batch_size": 0}, "train_batch_size must be a positive int"),
         ({"td_error_loss_fn": "l1"}, "td_error_loss_fn must be one of"),
         ({"actor_lr": [[1, 1e-3]]}, "Malformed piecewise schedule"),
+        ({"prioritized_replay": "yes"}, "SACConfig.prioritized_replay must be True or False"),
+        (
+            {"prioritized_replay_alpha": -1},
+            r"prioritized_replay_alpha must be a number in \[0, 1\]",
+        ),
+        ({"prioritized_replay_eps": float("nan")}, "prioritized_replay_eps must be a number >= 0"),
     ]:
         with pytest.raises(ValueError, match=message):
             jl.algorithms.SACConfig(**bad)

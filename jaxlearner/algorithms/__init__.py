@@ -31,7 +31,12 @@ import gymnasium
 from jaxlearner.algorithms import dqn as _dqn
 from jaxlearner.algorithms import ppo as _ppo
 from jaxlearner.algorithms import sac as _sac
-from jaxlearner.algorithms.algorithm import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from jaxlearner.algorithms.algorithm import (
+    Algorithm,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+    PrioritizedReplay,
+)
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
@@ -113,6 +118,7 @@ __all__ = [
     "OffPolicyAlgorithm",
     "OnPolicyAlgorithm",
     "PPOConfig",
+    "PrioritizedReplay",
     "SACConfig",
     "algorithm_for",
     "build",

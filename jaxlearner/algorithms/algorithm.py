@@ -55,6 +55,36 @@ PostprocessFn: TypeAlias = Callable[[ModuleState, Experience], Batch]
 TransitionsFn: TypeAlias = Callable[[Experience], Batch]
 """``transitions(experience [T, N, ...]) -> replay rows [T * N, ...]``, pure."""
 
+TDErrorsFn: TypeAlias = Callable[[ModuleState, Batch, jax.Array], jax.Array]
+"""``td_errors(module_state, batch [B, ...], key) -> [B]``: each row's TD error as the loss
+computes it (``key`` for losses that sample, e.g. SAC's next actions)."""
+
+
+@final
+@dataclasses.dataclass(frozen=True)
+class PrioritizedReplay:
+    """Proportional prioritized replay (Schaul et al. 2016) for an off-policy algorithm.
+
+    The replay loop (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`)
+    samples rows with probability ``p_i^alpha / sum_k p_k^alpha``, adds their
+    importance weights to the batch as ``batch["weights"]`` (the loss
+    multiplies each row's TD loss by it) and, before the update changes the
+    params, sets each sampled row's priority to ``|td_errors(module, batch, key)| + eps``,
+    the TD error the update trains on (the paper's Algorithm 1, RLlib's
+    ``update_priorities``).
+
+    Attributes:
+      alpha: the priority exponent in ``[0, 1]``.
+      beta: the importance-weight exponent in ``[0, 1]``, constant over training.
+      eps: added to every priority, ``>= 0``.
+      td_errors: the per-row TD errors of a batch under a module state.
+    """
+
+    alpha: float
+    beta: float
+    eps: float
+    td_errors: TDErrorsFn
+
 
 @final
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +139,8 @@ class OffPolicyAlgorithm:
       learning_starts: env steps collected before training.
       updates_per_step: ``update`` calls per env step collected (RLlib's
         training intensity divided by the batch size).
+      prioritized_replay: a :class:`PrioritizedReplay` to sample by priority,
+        or ``None`` (the default) for uniform replay.
 
     Raises:
       ValueError: for a capacity, batch size or update rate that is not positive,
@@ -127,6 +159,7 @@ class OffPolicyAlgorithm:
     train_batch_size: int
     learning_starts: int
     updates_per_step: float
+    prioritized_replay: PrioritizedReplay | None = None
 
     def __post_init__(self) -> None:
         if self.replay_capacity <= 0 or self.train_batch_size <= 0 or self.updates_per_step <= 0:

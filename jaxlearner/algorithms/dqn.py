@@ -32,6 +32,13 @@ field                                         default         meaning (RLlib's n
 ``td_error_loss_fn``                          "huber"         or "mse"
 ``grad_clip``                                 40.0            clip threshold, or None
 ``grad_clip_by``                              "global_norm"   "value", "norm" or "global_norm"
+``prioritized_replay``                        False           proportional prioritized replay
+                                                              (RLlib's default buffer is
+                                                              prioritized; ours is uniform)
+``prioritized_replay_alpha``                  0.6             priority exponent
+``prioritized_replay_beta``                   0.4             importance-weight exponent,
+                                                              constant (as RLlib's)
+``prioritized_replay_eps``                    1e-6            added to every priority
 ============================================  ==============  ==================================
 
 The heads are linear on the encoder's features by default, as with RLlib's
@@ -66,6 +73,15 @@ Design decisions:
 * **Training intensity**: ``OffPolicyAlgorithm.updates_per_step`` is
   ``training_intensity / train_batch_size``; ``None`` means one update per env
   step, RLlib's natural ratio for one environment.
+* **Prioritized replay** (Schaul et al. 2016, https://arxiv.org/abs/1511.05952)
+  is an option, off by default so results match the uniform replay earlier
+  versions used: with ``prioritized_replay=True`` rows are sampled in
+  proportion to ``(|TD error| + eps)^alpha``, each row's loss is multiplied by
+  its importance weight ``batch["weights"]`` and the sampled rows' priorities
+  become the TD errors the update trains on (see
+  :func:`~jaxlearner.algorithms.off_policy.make_replay_updates`). ``beta``
+  stays constant, as in RLlib's ``PrioritizedEpisodeReplayBuffer``; the paper
+  anneals it to 1.
 * **Rollouts** are ``rollout_fragment_length`` steps per sub-environment per
   iteration, then ``updates_per_step`` updates per env step collected.
 """
@@ -73,6 +89,7 @@ Design decisions:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -80,7 +97,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.algorithms.algorithm import ActFn, Experience, OffPolicyAlgorithm
+from jaxlearner.algorithms.algorithm import (
+    ActFn,
+    Experience,
+    OffPolicyAlgorithm,
+    PrioritizedReplay,
+)
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -95,6 +117,7 @@ from jaxlearner.algorithms.off_policy import (
     check_choice,
     check_non_negative_int,
     check_optional_positive,
+    check_prioritized_replay_config,
     masked_mean,
     replay_layout,
     replay_transitions,
@@ -138,9 +161,14 @@ class DQNConfig:
     td_error_loss_fn: str = "huber"
     grad_clip: float | None = 40.0
     grad_clip_by: str = "global_norm"
+    prioritized_replay: bool = False
+    prioritized_replay_alpha: float = 0.6
+    prioritized_replay_beta: float = 0.4
+    prioritized_replay_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         owner = "DQNConfig"
+        check_prioritized_replay_config(owner, self)
         for name in ("lr", "tau", "epsilon"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_schedule(owner, lr=self.lr, tau=self.tau, epsilon=self.epsilon)
@@ -174,14 +202,58 @@ class DQNConfig:
         object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
 
 
+def dqn_td_error(
+    apply: Callable[[Params, jax.Array], jax.Array],
+    params: Params,
+    target_params: Params,
+    batch: Batch,
+    double_q: bool = True,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """DQN's TD errors ``Q(s, a) - y`` of ``[B]`` replay rows, and their parts.
+
+    ``y = rewards + discounts * Q_target(s', argmax_a' Q(s', a'))`` with double-Q,
+    else ``rewards + discounts * max_a' Q_target(s', a')``; ``y`` carries no
+    gradient.
+
+    Args:
+      apply: ``apply(params, obs [B, ...]) -> Q-values [B, num_actions]``.
+      params: the online network's params.
+      target_params: the target network's params.
+      batch: ``obs``, ``actions`` (int indices), ``rewards``, ``next_obs`` and
+        ``discounts``, each ``[B, ...]``.
+      double_q: pick the next action with the online network.
+
+    Returns:
+      ``(td_error, q_taken, target)``, each float ``[B]``.
+    """
+    obs, next_obs = batch["obs"], batch["next_obs"]
+    rows = obs.shape[0]
+    if double_q:
+        # One pass of the online network over obs and next_obs together.
+        q_both = apply(params, jnp.concatenate([obs, next_obs]))
+        q, next_q_online = q_both[:rows], q_both[rows:]
+    else:
+        q = apply(params, obs)
+    next_q_target = apply(target_params, next_obs)
+    next_action = jnp.argmax(next_q_online if double_q else next_q_target, axis=-1)
+    next_value = jnp.take_along_axis(next_q_target, next_action[:, None], axis=-1)[:, 0]
+    target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
+    actions = batch["actions"].astype(jnp.int32)
+    q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
+    return q_taken - target, q_taken, target
+
+
 def dqn_loss(double_q: bool = True, td_error_loss_fn: str = "huber"):
     """DQN's TD loss; ``loss(params, batch, ctx)``.
 
     The batch holds ``[B]`` replay rows ``obs``, ``actions`` (int indices),
     ``rewards``, ``next_obs``, ``discounts`` and ``mask`` (see
-    :mod:`jaxlearner.algorithms.off_policy`); the target network's params are
+    :mod:`jaxlearner.algorithms.off_policy`), and with prioritized replay the
+    importance weights ``weights``; the target network's params are
     ``ctx.extra["target_params"]`` and ``ctx.apply(params, obs)`` returns
-    Q-values ``[B, num_actions]``.
+    Q-values ``[B, num_actions]``. The loss is
+    ``sum(mask * weights * L(td_error)) / max(sum(mask), 1)``, the weights
+    ones when the batch has none (RLlib's ``mean(weights * huber(td_error))``).
 
     Args:
       double_q: pick the next action with the online network and evaluate it
@@ -190,7 +262,7 @@ def dqn_loss(double_q: bool = True, td_error_loss_fn: str = "huber"):
 
     Returns:
       A loss returning ``(total, metrics)`` with ``qf_mean``, ``qf_max``,
-      ``qf_min``, ``td_error_mean`` (mean absolute TD error) and
+      ``qf_min``, ``td_error_mean`` (mean absolute TD error, unweighted) and
       ``target_mean``.
 
     Raises:
@@ -203,23 +275,14 @@ def dqn_loss(double_q: bool = True, td_error_loss_fn: str = "huber"):
     check_choice("dqn_loss", "td_error_loss_fn", td_error_loss_fn, TD_ERROR_LOSSES)
 
     def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
-        obs, next_obs = batch["obs"], batch["next_obs"]
-        rows = obs.shape[0]
-        if double_q:
-            # One pass of the online network over obs and next_obs together.
-            q_both = ctx.apply(params, jnp.concatenate([obs, next_obs]))
-            q, next_q_online = q_both[:rows], q_both[rows:]
-        else:
-            q = ctx.apply(params, obs)
-        next_q_target = ctx.apply(ctx.extra[TARGET], next_obs)
-        next_action = jnp.argmax(next_q_online if double_q else next_q_target, axis=-1)
-        next_value = jnp.take_along_axis(next_q_target, next_action[:, None], axis=-1)[:, 0]
-        target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
-        actions = batch["actions"].astype(jnp.int32)
-        q_taken = jnp.take_along_axis(q, actions[:, None], axis=-1)[:, 0]
-        td_error = q_taken - target
+        td_error, q_taken, target = dqn_td_error(
+            ctx.apply, params, ctx.extra[TARGET], batch, double_q
+        )
         mask = batch["mask"]
-        total = masked_mean(td_error_loss(td_error, td_error_loss_fn), mask)
+        row_loss = td_error_loss(td_error, td_error_loss_fn)
+        if "weights" in batch:
+            row_loss = row_loss * batch["weights"]
+        total = masked_mean(row_loss, mask)
         valid = mask > 0
         return total, {
             "qf_mean": masked_mean(q_taken, mask),
@@ -288,9 +351,17 @@ def make_learner(
         minibatch_size=None,
         num_epochs=1,
         shuffle=False,
-        batch_layout={MODULE_ID: replay_layout(observation_space, (), jnp.int32)},
+        batch_layout={MODULE_ID: _batch_layout(observation_space, config)},
         recipe=recipe_json("dqn", observation_space, action_space, config),
     )
+
+
+def _batch_layout(observation_space: gymnasium.Space, config: DQNConfig) -> dict[str, Any]:
+    """The replay rows, plus the importance ``weights`` with prioritized replay."""
+    layout = replay_layout(observation_space, (), jnp.int32)
+    if config.prioritized_replay:
+        layout["weights"] = jax.ShapeDtypeStruct((), jnp.float32)
+    return layout
 
 
 def _module_spec(model: Model, config: DQNConfig) -> ModuleSpec:
@@ -331,6 +402,22 @@ def make_algorithm(
     def transitions(experience: Experience) -> Batch:
         return replay_transitions(experience, config.n_step, config.gamma, jnp.int32)
 
+    prioritized = None
+    if config.prioritized_replay:
+
+        def td_errors(module: ModuleState, batch: Batch, key: jax.Array) -> jax.Array:
+            del key
+            return dqn_td_error(
+                model.apply, module.params, module.extra[TARGET], batch, config.double_q
+            )[0]
+
+        prioritized = PrioritizedReplay(
+            alpha=config.prioritized_replay_alpha,
+            beta=config.prioritized_replay_beta,
+            eps=config.prioritized_replay_eps,
+            td_errors=td_errors,
+        )
+
     return OffPolicyAlgorithm(
         name="dqn",
         module_id=MODULE_ID,
@@ -344,6 +431,7 @@ def make_algorithm(
         train_batch_size=config.train_batch_size,
         learning_starts=config.num_steps_sampled_before_learning_starts,
         updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+        prioritized_replay=prioritized,
     )
 
 

@@ -30,7 +30,11 @@ environments autoreset in the same step, so there all rows are valid.
 
 Training from the buffer is written once, here, for the
 :class:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin.train` alike:
-:func:`make_replay_updates` is the compiled "sample, then update" loop;
+:func:`replay_init` decides the buffer's kind (uniform, or prioritized when the
+algorithm has ``prioritized_replay``) and :func:`replay_add` and
+:func:`replay_from_arrays` follow it; :func:`make_replay_updates` is the
+compiled "sample, then update" loop (with prioritized replay it also feeds the
+importance weights to the loss and writes the new priorities back);
 :func:`updates_due` says how many updates an iteration runs (none before
 ``learning_starts`` env steps, then ``updates_per_step`` per env step, the
 fractions carried over); :func:`warmup_iterations` and
@@ -41,13 +45,14 @@ per iteration, as static numbers.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner.algorithms import replay_buffer
+from jaxlearner.algorithms import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
 from jaxlearner.algorithms.returns import n_step_rewards
 from jaxlearner.algorithms.spaces import zero_observation
@@ -137,16 +142,70 @@ def updates_per_step(training_intensity: float | None, train_batch_size: int) ->
     return float(training_intensity) / train_batch_size
 
 
+Buffer: TypeAlias = replay_buffer.ReplayBuffer | prioritized_replay.PrioritizedReplayBuffer
+"""An off-policy algorithm's replay buffer, of the kind :func:`replay_init` chose."""
+
+
+def replay_init(algorithm: OffPolicyAlgorithm, example: Batch) -> Buffer:
+    """The empty replay buffer of the algorithm's kind, shaped for one replay row.
+
+    The one place that decides the kind: a
+    :class:`~jaxlearner.algorithms.prioritized_replay.PrioritizedReplayBuffer`
+    (with the algorithm's ``alpha`` and ``eps``) when
+    ``algorithm.prioritized_replay`` is set, else a uniform
+    :class:`~jaxlearner.algorithms.replay_buffer.ReplayBuffer`.
+
+    Args:
+      algorithm: supplies ``replay_capacity`` and ``prioritized_replay``.
+      example: one replay row (no leading axis), e.g. row 0 of ``transitions``.
+    """
+    options = algorithm.prioritized_replay
+    if options is None:
+        return replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
+    return prioritized_replay.prioritized_replay_init(
+        example, algorithm.replay_capacity, options.alpha, options.eps
+    )
+
+
+def replay_add(buffer: Buffer, rows: Batch) -> Buffer:
+    """Adds ``[M]`` rows to either kind of buffer (new prioritized rows get the max priority)."""
+    if isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer):
+        return prioritized_replay.add(buffer, rows)
+    return replay_buffer.add(buffer, rows)
+
+
+def replay_from_arrays(algorithm: OffPolicyAlgorithm, arrays: Mapping[str, Any]) -> Buffer:
+    """A buffer from its saved fields (nested dicts of arrays, as a checkpoint returns them).
+
+    Raises:
+      ValueError: when the saved buffer's kind is not the algorithm's.
+    """
+    prioritized = "sum_tree" in arrays
+    if prioritized != (algorithm.prioritized_replay is not None):
+        saved, wanted = ("prioritized", "uniform") if prioritized else ("uniform", "prioritized")
+        raise ValueError(
+            f"The saved replay buffer is {saved} but {algorithm.name} is configured for "
+            f"{wanted} replay (prioritized_replay={not prioritized}); restore it with the "
+            "config it was saved with."
+        )
+    if not prioritized:
+        return replay_buffer.ReplayBuffer(**arrays)
+    fields = {name: jnp.asarray(value) for name, value in arrays.items() if name != "replay"}
+    return prioritized_replay.PrioritizedReplayBuffer(
+        replay=replay_buffer.ReplayBuffer(**arrays["replay"]), **fields
+    )
+
+
 class ReplayUpdatesFn(Protocol):
-    """``replay_updates(learner_state, buffer, keys [U], env_steps) -> (state, metrics)``."""
+    """``replay_updates(state, buffer, keys [U], env_steps) -> (state, buffer, metrics)``."""
 
     def __call__(
         self,
         learner_state: LearnerState,
-        buffer: replay_buffer.ReplayBuffer,
+        buffer: Buffer,
         keys: jax.Array,
         env_steps: jax.typing.ArrayLike,
-    ) -> tuple[LearnerState, Metrics]: ...
+    ) -> tuple[LearnerState, Buffer, Metrics]: ...
 
 
 def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
@@ -159,40 +218,70 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
     target-network periods run over sampled env steps. ``U`` is static (a new
     ``U`` compiles again); nothing is jitted here.
 
+    With a prioritized buffer each update samples by priority, passes the
+    importance weights as ``batch["weights"]`` and, before the gradient step,
+    sets the sampled rows' priorities to ``|algorithm.prioritized_replay.td_errors|``
+    of the module as it is then: the TD errors that step trains on. Those are
+    computed by a second forward pass rather than returned by the loss, since
+    metrics are scalars (:mod:`jaxlearner.core.metrics`). A uniform buffer
+    comes back unchanged.
+
     Args:
-      algorithm: supplies ``learner.update_fn``, ``module_id`` and
-        ``train_batch_size``.
+      algorithm: supplies ``learner.update_fn``, ``module_id``,
+        ``train_batch_size`` and ``prioritized_replay``.
 
     Returns:
       ``replay_updates(learner_state, buffer, keys [U], env_steps) ->
-      (learner_state, metrics)`` with the metrics of the last update.
+      (learner_state, buffer, metrics)`` with the metrics of the last update.
 
     Example:
-      >>> replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=0)
+      >>> replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=(0, 1))
       ... # doctest: +SKIP
-      >>> state, metrics = replay_updates(state, buffer, jax.random.split(key, 4),
-      ...                                 np.int32(32))                   # doctest: +SKIP
+      >>> state, buffer, metrics = replay_updates(
+      ...     state, buffer, jax.random.split(key, 4), np.int32(32))  # doctest: +SKIP
     """
     update_fn = algorithm.learner.update_fn
     module_id, batch_size = algorithm.module_id, algorithm.train_batch_size
+    options = algorithm.prioritized_replay
+
+    def sample(state: LearnerState, buffer: Buffer, key: jax.Array) -> tuple[Batch, Buffer]:
+        if not isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer):
+            return replay_buffer.sample(buffer, key, batch_size), buffer
+        if options is None:
+            raise ValueError(
+                f"{algorithm.name} got a prioritized replay buffer but has no prioritized_replay "
+                "options; build the buffer with off_policy.replay_init(algorithm, example)."
+            )
+        rows, indices, weights = prioritized_replay.sample(buffer, key, batch_size, options.beta)
+        batch = {**rows, "weights": weights}
+        # Sampling uses `key` itself; a key folded from it drives what td_errors samples.
+        td_key = jax.random.fold_in(key, 1)
+        td_errors = options.td_errors(state.modules[module_id], batch, td_key)
+        # Reset-only rows (mask 0) have no TD error; they keep only eps.
+        priorities = jax.lax.stop_gradient(jnp.abs(td_errors) * rows["mask"])
+        return batch, prioritized_replay.update_priorities(buffer, indices, priorities)
 
     def replay_updates(
         learner_state: LearnerState,
-        buffer: replay_buffer.ReplayBuffer,
+        buffer: Buffer,
         keys: jax.Array,
         env_steps: jax.typing.ArrayLike,
-    ) -> tuple[LearnerState, Metrics]:
+    ) -> tuple[LearnerState, Buffer, Metrics]:
         def one_update(
-            state: LearnerState, inputs: tuple[jax.Array, jax.Array]
-        ) -> tuple[LearnerState, Metrics]:
+            carry: tuple[LearnerState, Buffer], inputs: tuple[jax.Array, jax.Array]
+        ) -> tuple[tuple[LearnerState, Buffer], Metrics]:
+            state, buffer = carry
             index, key = inputs
-            batch = replay_buffer.sample(buffer, key, batch_size)
+            batch, buffer = sample(state, buffer, key)
             counted = jnp.where(index == 0, env_steps, 0).astype(jnp.int32)
-            return update_fn(state, {module_id: batch}, {module_id: counted})
+            state, metrics = update_fn(state, {module_id: batch}, {module_id: counted})
+            return (state, buffer), metrics
 
         indices = jnp.arange(keys.shape[0])
-        learner_state, stacked = jax.lax.scan(one_update, learner_state, (indices, keys))
-        return learner_state, jax.tree.map(lambda x: x[-1], stacked)
+        (learner_state, buffer), stacked = jax.lax.scan(
+            one_update, (learner_state, buffer), (indices, keys)
+        )
+        return learner_state, buffer, jax.tree.map(lambda x: x[-1], stacked)
 
     return replay_updates
 
@@ -265,6 +354,30 @@ def td_error_loss(td_error: jax.Array, kind: str) -> jax.Array:
         magnitude = jnp.abs(td_error)
         return jnp.where(magnitude < 1.0, 0.5 * td_error**2, magnitude - 0.5)
     return td_error**2
+
+
+def check_prioritized_replay_config(owner: str, config: Any) -> None:
+    """Checks a config's ``prioritized_replay`` fields (DQN's and SAC's).
+
+    Raises:
+      ValueError: unless ``prioritized_replay`` is a bool, ``prioritized_replay_alpha``
+        and ``prioritized_replay_beta`` numbers in ``[0, 1]`` and
+        ``prioritized_replay_eps`` a number ``>= 0``.
+    """
+    if not isinstance(config.prioritized_replay, bool):
+        raise ValueError(
+            f"{owner}.prioritized_replay must be True or False; got {config.prioritized_replay!r}."
+        )
+    for name, high in (("alpha", 1.0), ("beta", 1.0), ("eps", math.inf)):
+        value = getattr(config, f"prioritized_replay_{name}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 <= value <= high
+        ):
+            valid = "a number >= 0" if high == math.inf else "a number in [0, 1]"
+            raise ValueError(f"{owner}.prioritized_replay_{name} must be {valid}; got {value!r}.")
 
 
 def check_non_negative_int(owner: str, **values: Any) -> None:

@@ -30,6 +30,10 @@ field                                         default      meaning (RLlib's name
 ``td_error_loss_fn``                          "huber"      critics' loss: "huber" or "mse"
 ``grad_clip``                                 None         clip threshold for each optimizer
 ``grad_clip_by``                              "global..."  "value", "norm" or "global_norm"
+``prioritized_replay``                        False        proportional prioritized replay
+``prioritized_replay_alpha``                  0.6          priority exponent
+``prioritized_replay_beta``                   0.4          importance-weight exponent (constant)
+``prioritized_replay_eps``                    1e-6         added to every priority
 ============================================  ===========  ===================================
 
 The learning rates are schedulable. RLlib's actor learning rate is ten times
@@ -41,7 +45,8 @@ following the gradient of its own term of the per-optimizer loss
 (:func:`sac_loss`). With ``alpha = exp(log_alpha)``, ``(a', logp')`` sampled
 from the policy at ``s'`` and ``(a~, logp~)`` at ``s``:
 
-* critic: ``sum_i mean(mask * L(Q_i(s, a) - y))`` with
+* critic: ``sum_i mean(mask * weights * L(Q_i(s, a) - y))`` (``weights`` the
+  importance weights of prioritized replay, else ones) with
   ``y = rewards + discounts * (min_i Q_target_i(s', a') - alpha * logp')`` and
   ``L`` the Huber loss (delta 1, RLlib's choice) or the squared error;
 * actor: ``mean(mask * (alpha * logp~ - min_i Q_i(s, a~)))``;
@@ -64,6 +69,11 @@ Design decisions:
   no path between terms, XLA prunes each optimizer's backward pass to its own
   term, so the three cost about one backward pass of the summed loss
   (``benchmarks/bench_off_policy.py`` measures both).
+* **Prioritized replay** (off by default), as RLlib's SAC: only the critic
+  term is importance-weighted, and a row's priority is the mean over the
+  critics of ``|Q_i(s, a) - y|``, computed before the gradient step with a
+  fresh sample of ``a'`` for ``Box`` actions (the loss's own sample is not
+  returned; metrics are scalars).
 * **Training intensity**, rollouts and replay rows: as for DQN (see
   :mod:`jaxlearner.algorithms.dqn` and :mod:`jaxlearner.algorithms.off_policy`).
 """
@@ -80,7 +90,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
+from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm, PrioritizedReplay
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -96,6 +106,7 @@ from jaxlearner.algorithms.off_policy import (
     check_choice,
     check_non_negative_int,
     check_optional_positive,
+    check_prioritized_replay_config,
     masked_mean,
     replay_layout,
     replay_transitions,
@@ -140,9 +151,14 @@ class SACConfig:
     td_error_loss_fn: str = "huber"
     grad_clip: float | None = None
     grad_clip_by: str = "global_norm"
+    prioritized_replay: bool = False
+    prioritized_replay_alpha: float = 0.6
+    prioritized_replay_beta: float = 0.4
+    prioritized_replay_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         owner = "SACConfig"
+        check_prioritized_replay_config(owner, self)
         for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_schedule(
@@ -208,7 +224,8 @@ def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
 
     The batch holds ``[B]`` replay rows ``obs``, ``actions``, ``rewards``,
     ``next_obs``, ``discounts`` and ``mask`` (see
-    :mod:`jaxlearner.algorithms.off_policy`). ``ctx.apply`` is a
+    :mod:`jaxlearner.algorithms.off_policy`), and with prioritized replay the
+    importance weights ``weights`` of the critic term. ``ctx.apply`` is a
     :class:`~jaxlearner.algorithms.models.SACNetworks`' ``apply`` (methods ``policy``,
     ``q_values``, ``log_alpha``); the target critics' params are
     ``ctx.extra["target_critic"]`` and the target entropy is
@@ -239,37 +256,79 @@ def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
             f"{distribution.kind!r}."
         )
     check_choice("sac_loss", "td_error_loss_fn", td_error_loss_fn, TD_ERROR_LOSSES)
-    terms = _discrete_terms if distribution.is_discrete else _continuous_terms
 
     def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[dict, dict]:
         mask = batch["mask"]
-        log_alpha = ctx.apply(params, method="log_alpha")
-        alpha = jax.lax.stop_gradient(jnp.exp(log_alpha))
-        rows = batch["obs"].shape[0]
-        # One actor pass over obs and next_obs together.
-        both = jnp.concatenate([batch["obs"], batch["next_obs"]])
-        dist_inputs = ctx.apply(params, both, method="policy")
-        nets = _param_views(params, ctx.extra[TARGET])
-        q_taken, next_value, actor_objective, logps = terms(
-            distribution, ctx, batch, (dist_inputs[:rows], dist_inputs[rows:]), alpha, nets
-        )
-        target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
-        td_errors = q_taken - target[None]  # [critics, B]
+        terms = _loss_terms(distribution, params, batch, ctx)
+        td_errors = terms.q_taken - terms.target[None]  # [critics, B]
+        weights = batch.get("weights", jnp.ones_like(mask))
         critic_loss = sum(
-            masked_mean(td_error_loss(td_errors[i], td_error_loss_fn), mask)
+            masked_mean(weights * td_error_loss(td_errors[i], td_error_loss_fn), mask)
             for i in range(td_errors.shape[0])
         )
         target_entropy = ctx.hyperparams["target_entropy"]
         losses = {
-            "actor": masked_mean(actor_objective, mask),
+            "actor": masked_mean(terms.actor_objective, mask),
             "critic": critic_loss,
             "temperature": -masked_mean(
-                log_alpha * jax.lax.stop_gradient(logps + target_entropy), mask
+                terms.log_alpha * jax.lax.stop_gradient(terms.logps + target_entropy), mask
             ),
         }
-        return losses, _metrics(losses, alpha, logps, q_taken, td_errors, target, mask)
+        return losses, _metrics(
+            losses, terms.alpha, terms.logps, terms.q_taken, td_errors, terms.target, mask
+        )
 
     return loss
+
+
+class _Terms(NamedTuple):
+    """What SAC's three loss terms are built from (``q_taken`` is ``[critics, B]``)."""
+
+    log_alpha: jax.Array
+    alpha: jax.Array
+    q_taken: jax.Array
+    target: jax.Array
+    actor_objective: jax.Array
+    logps: jax.Array
+
+
+def _loss_terms(
+    distribution: DistributionSpec, params: Params, batch: Batch, ctx: LossContext
+) -> _Terms:
+    """The critics' Q-values and targets, the actor's objective and log-probabilities."""
+    terms = _discrete_terms if distribution.is_discrete else _continuous_terms
+    log_alpha = ctx.apply(params, method="log_alpha")
+    alpha = jax.lax.stop_gradient(jnp.exp(log_alpha))
+    rows = batch["obs"].shape[0]
+    # One actor pass over obs and next_obs together.
+    both = jnp.concatenate([batch["obs"], batch["next_obs"]])
+    dist_inputs = ctx.apply(params, both, method="policy")
+    nets = _param_views(params, ctx.extra[TARGET])
+    q_taken, next_value, actor_objective, logps = terms(
+        distribution, ctx, batch, (dist_inputs[:rows], dist_inputs[rows:]), alpha, nets
+    )
+    target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
+    return _Terms(log_alpha, alpha, q_taken, target, actor_objective, logps)
+
+
+def sac_td_errors(
+    model: SACNetworks, module: ModuleState, batch: Batch, key: jax.Array
+) -> jax.Array:
+    """``[B]``: the mean over the critics of ``|Q_i(s, a) - y|`` (RLlib's SAC priorities).
+
+    Computed as :func:`sac_loss` computes them, for the module's params and
+    target critics; ``key`` draws ``a'`` for ``Box`` actions.
+    """
+    ctx = LossContext(
+        module_id=MODULE_ID,
+        apply=model.apply,
+        key=key,
+        extra=module.extra,
+        hyperparams=module.hyperparams,
+        counters=module.counters,
+    )
+    terms = _loss_terms(model.distribution, module.params, batch, ctx)
+    return jnp.abs(terms.q_taken - terms.target[None]).mean(axis=0)
 
 
 def _metrics(
@@ -403,6 +462,8 @@ def make_learner(
     distribution = model.distribution
     action_dtype = jnp.int32 if distribution.is_discrete else jnp.float32
     layout = replay_layout(observation_space, distribution.action_shape, action_dtype)
+    if config.prioritized_replay:
+        layout["weights"] = jax.ShapeDtypeStruct((), jnp.float32)
     return Learner(
         {MODULE_ID: _module_spec(model, action_space, config)},
         minibatch_size=None,
@@ -453,6 +514,15 @@ def make_algorithm(
     def transitions(experience: Experience) -> Batch:
         return replay_transitions(experience, config.n_step, config.gamma, action_dtype)
 
+    prioritized = None
+    if config.prioritized_replay:
+        prioritized = PrioritizedReplay(
+            alpha=config.prioritized_replay_alpha,
+            beta=config.prioritized_replay_beta,
+            eps=config.prioritized_replay_eps,
+            td_errors=lambda module, batch, key: sac_td_errors(model, module, batch, key),
+        )
+
     return OffPolicyAlgorithm(
         name="sac",
         module_id=MODULE_ID,
@@ -466,6 +536,7 @@ def make_algorithm(
         train_batch_size=config.train_batch_size,
         learning_starts=config.num_steps_sampled_before_learning_starts,
         updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+        prioritized_replay=prioritized,
     )
 
 

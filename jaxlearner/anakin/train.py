@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxlearner.algorithms import off_policy, replay_buffer
+from jaxlearner.algorithms import off_policy
 from jaxlearner.algorithms.algorithm import (
     Algorithm,
     Experience,
@@ -126,7 +126,7 @@ class AnakinState:
     key: jax.Array
     iteration: jax.Array
     env_steps: jax.Array
-    buffer: replay_buffer.ReplayBuffer | None = None
+    buffer: off_policy.Buffer | None = None
 
 
 class InitFn(Protocol):
@@ -277,7 +277,7 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
     return Anakin(init=init, run=run, evaluate=evaluate, train=train)
 
 
-Buffer: TypeAlias = replay_buffer.ReplayBuffer | None
+Buffer: TypeAlias = off_policy.Buffer | None
 """An off-policy run's replay buffer; ``None`` on-policy."""
 
 LearnFn: TypeAlias = Callable[
@@ -323,9 +323,9 @@ def _replay_learn(algorithm: OffPolicyAlgorithm, updates: int) -> LearnFn:
 
     def learn(learner_state, buffer, module, experience, key, env_steps):
         del module
-        buffer = replay_buffer.add(buffer, algorithm.transitions(experience))
+        buffer = off_policy.replay_add(buffer, algorithm.transitions(experience))
         keys = jax.random.split(key, updates)
-        learner_state, metrics = replay_updates(learner_state, buffer, keys, env_steps)
+        learner_state, buffer, metrics = replay_updates(learner_state, buffer, keys, env_steps)
         return learner_state, buffer, metrics
 
     return learn
@@ -407,13 +407,14 @@ def _warm_up(
         lambda: algorithm.transitions(rollout(module, state.env_states, state.obs, state.key)[2])
     )
     example = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), example)
-    buffer = replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
+    buffer = off_policy.replay_init(algorithm, example)
     warmup = off_policy.warmup_iterations(algorithm, steps)
 
     def collect(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
         env_states, obs, buffer = carry
         env_states, obs, experience, _ = rollout(module, env_states, obs, key)
-        return (env_states, obs, replay_buffer.add(buffer, algorithm.transitions(experience))), None
+        buffer = off_policy.replay_add(buffer, algorithm.transitions(experience))
+        return (env_states, obs, buffer), None
 
     key, warmup_key = jax.random.split(state.key)
     (env_states, obs, buffer), _ = jax.lax.scan(

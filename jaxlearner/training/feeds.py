@@ -23,14 +23,20 @@ from typing import Any, Protocol, final
 import jax
 import numpy as np
 
-from jaxlearner.algorithms import replay_buffer
 from jaxlearner.algorithms.algorithm import (
     Algorithm,
     Experience,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
 )
-from jaxlearner.algorithms.off_policy import make_replay_updates, updates_due
+from jaxlearner.algorithms.off_policy import (
+    Buffer,
+    make_replay_updates,
+    replay_add,
+    replay_from_arrays,
+    replay_init,
+    updates_due,
+)
 from jaxlearner.core.state import LearnerState, ModuleState
 
 
@@ -38,7 +44,7 @@ class Feed(Protocol):
     """What the :class:`~jaxlearner.Trainer` does with a rollout, and saves of it."""
 
     @property
-    def buffer(self) -> replay_buffer.ReplayBuffer | None:
+    def buffer(self) -> Buffer | None:
         """The replay buffer (``None`` on-policy, and before the first rollout)."""
         ...
 
@@ -117,6 +123,10 @@ class OnPolicyFeed:
 class ReplayFeed:
     """Each rollout's transitions go into a replay buffer; the updates due sample from it.
 
+    The buffer is uniform or prioritized as the algorithm says
+    (:func:`~jaxlearner.algorithms.off_policy.replay_init`); a prioritized
+    buffer is saved with its priorities.
+
     The buffer is created from the first rollout's rows and placed like the
     learner state. The env steps collected since the last update are counted
     by the next one, so a schedule over env steps sees every step once.
@@ -125,14 +135,14 @@ class ReplayFeed:
     def __init__(self, algorithm: OffPolicyAlgorithm) -> None:
         self._algorithm = algorithm
         self._transitions = jax.jit(algorithm.transitions)
-        self._add = jax.jit(replay_buffer.add, donate_argnums=0)
-        self._replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=0)
-        self._buffer: replay_buffer.ReplayBuffer | None = None
+        self._add = jax.jit(replay_add, donate_argnums=0)
+        self._replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=(0, 1))
+        self._buffer: Buffer | None = None
         self._updates_due = 0.0
         self._uncounted_env_steps = 0
 
     @property
-    def buffer(self) -> replay_buffer.ReplayBuffer | None:
+    def buffer(self) -> Buffer | None:
         return self._buffer
 
     def learn(
@@ -149,9 +159,7 @@ class ReplayFeed:
         rows = self._transitions(experience)
         if self._buffer is None:
             example = jax.tree.map(lambda x: x[0], rows)
-            self._buffer = algorithm.learner.placement.put(
-                replay_buffer.replay_buffer_init(example, algorithm.replay_capacity)
-            )
+            self._buffer = algorithm.learner.placement.put(replay_init(algorithm, example))
         self._buffer = self._add(self._buffer, rows)
         self._uncounted_env_steps += env_steps
         count, self._updates_due = updates_due(
@@ -161,7 +169,7 @@ class ReplayFeed:
             return state, None
         keys = jax.random.split(key, count)
         counted = np.int32(self._uncounted_env_steps)
-        state, metrics = self._replay_updates(state, self._buffer, keys, counted)
+        state, self._buffer, metrics = self._replay_updates(state, self._buffer, keys, counted)
         self._uncounted_env_steps = 0
         return state, metrics
 
@@ -171,7 +179,7 @@ class ReplayFeed:
 
     def restore(self, saved: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
         if "buffer" in arrays:
-            buffer = replay_buffer.ReplayBuffer(**arrays["buffer"])
+            buffer = replay_from_arrays(self._algorithm, arrays["buffer"])
             self._buffer = self._algorithm.learner.placement.put(buffer)
         self._updates_due = float(saved.get("updates_due", 0.0))
         self._uncounted_env_steps = int(saved.get("uncounted_env_steps", 0))
