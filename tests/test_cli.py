@@ -146,6 +146,8 @@ def test_bare_command_prints_the_usage(capsys):
     assert main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: jaxlearner") and "train" in err and "eval" in err
+    bare = subprocess.run([sys.executable, "-m", "jaxlearner"], capture_output=True, text=True)
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: jaxlearner")
 
 
 @pytest.mark.parametrize(
@@ -211,6 +213,10 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues(signal_number, tmp_pat
     records = _train_records(out)
     assert [r["iteration"] for r in records] == list(range(1, 17))
     assert [r["env_steps"] for r in records] == [1024 * i for i in range(1, 17)]
+    again = _cli("train", "--resume", str(out), env=env)
+    stdout, stderr = again.communicate(timeout=120)
+    assert again.returncode == 0 and "is complete: its stop conditions hold" in stdout, stderr
+    assert len(_train_records(out)) == 16
 
 
 def test_the_compilation_cache_fills_the_folder_given(run, tmp_path):

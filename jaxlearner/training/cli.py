@@ -556,12 +556,17 @@ def _run(
             next_save = (trainer.counters.env_steps // every + 1) * every
             trainer.save(checkpoint, metrics=_ranked(stats))
 
-    verb = "Resuming" if args.resume is not None else "Training"
-    print(
-        f"{verb} {settings.algorithm} on {settings.env} with {settings.num_envs} envs "
-        f"from env step {trainer.counters.env_steps}; run folder {out}",
-        flush=True,
-    )
+    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
+    if args.resume is None:
+        print(f"Training {where}; run folder {out}", flush=True)
+    elif jl.AnyOf(*conditions)(trainer.history):
+        print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
+        return 0
+    else:
+        print(
+            f"Resuming {where} from env step {trainer.counters.env_steps}; run folder {out}",
+            flush=True,
+        )
     with _Interrupted(trainer) as interrupted:
         trainer.run(conditions, steps_per_eval=settings.eval_every, on_iteration=save)
         last = trainer.history[-1] if trainer.history else {}
