@@ -240,3 +240,18 @@ def test_help_runs_as_a_module():
         timeout=60,
     )
     assert result.returncode == 0 and "--stop-reward" in result.stdout
+    for line in [
+        "  ppo: CartPole-v1, stops at evaluation return 475 or 300000 env steps;",
+        "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
+        "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
+        "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
+    ]:
+        assert line in result.stdout.splitlines(), line
+
+
+def test_another_env_stops_at_gymnasiums_reward_threshold(tmp_path, capsys):
+    out = tmp_path / "acrobot"
+    options = ["--max-steps", "1024", "--eval-every", "100000", "--num-envs", "4"]
+    config = ["--config", "train_batch_size=1024", "num_epochs=1", "hidden_sizes=[8]"]
+    assert main(["train", "ppo", "--env", "Acrobot-v1", "--out", str(out), *options, *config]) == 0
+    assert json.loads((out / "run.json").read_text())["stop_reward"] == -100.0

@@ -126,7 +126,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxlearner", description="Train, evaluate and plot RL agents.")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    train = commands.add_parser("train", help="train a built-in algorithm")
+    train = commands.add_parser(
+        "train",
+        help="train a built-in algorithm",
+        epilog=_algorithms_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     train.add_argument(
         "algorithm",
         nargs="?",
@@ -202,6 +207,46 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("runs", nargs="+", help="run folders")
     plot.add_argument("--out", help="the PNG to write (default: FIRST_RUN/learning_curve.png)")
     return parser
+
+
+def _algorithms_help() -> str:
+    """Each algorithm's defaults and config fields, for ``jaxlearner train --help``."""
+    from jaxlearner.core.registry import algorithm_recipe
+
+    lines = [
+        "algorithms (config fields as 'name: type = default', and the command line's own",
+        "default on the algorithm's environment; on another --env, training stops at",
+        "gymnasium's reward_threshold for it, if it has one, or at --stop-reward):",
+    ]
+    for name in _algorithm_names():
+        defaults = DEFAULTS.get(name)
+        if defaults is None:
+            lines.append(f"  {name}: no default environment (pass --env)")
+            tuned: dict[str, Any] = {}
+        else:
+            lines.append(
+                f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
+                f"or {defaults.max_steps} env steps;\n    {defaults.num_envs} envs, evaluates "
+                f"every {defaults.eval_every} env steps"
+            )
+            tuned = defaults.config
+        for field in dataclasses.fields(algorithm_recipe(name).config_type):
+            default = field.default
+            if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            text = f"    {field.name}: {field.type} = {_value(default)}"
+            if field.name in tuned:
+                text += f"; on {defaults.env}: {_value(tuned[field.name])}"
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    """A config value as it is written after --config (JSON, without spaces)."""
+    try:
+        return json.dumps(value, separators=(",", ":"))
+    except TypeError:
+        return repr(value)
 
 
 def _positive_int(text: str) -> int:
@@ -364,6 +409,9 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
         raise _UsageError(str(error)) from None
     _check_sequences(recipe.config_type, overrides)
     same_env = defaults is not None and env_id == defaults.env
+    stop_reward = args.stop_reward
+    if stop_reward is None:
+        stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
     eval_every = args.eval_every or (defaults.eval_every if defaults else 10_000)
     return _RunSettings(
         algorithm=name,
@@ -371,16 +419,23 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
         config=overrides,
         num_envs=args.num_envs or (defaults.num_envs if defaults else 8),
         seed=0 if args.seed is None else args.seed,
-        stop_reward=(
-            args.stop_reward
-            if args.stop_reward is not None
-            else (defaults.stop_reward if same_env else None)
-        ),
+        stop_reward=stop_reward,
         max_steps=args.max_steps or (defaults.max_steps if defaults else 1_000_000),
         eval_every=eval_every,
         checkpoint_every_steps=args.checkpoint_every_steps or eval_every,
         devices=args.devices,
     )
+
+
+def _reward_threshold(env_id: str) -> float | None:
+    """gymnasium's ``reward_threshold`` for the environment (``None`` where it has none)."""
+    import gymnasium as gym
+
+    try:
+        threshold = gym.spec(env_id).reward_threshold
+    except gym.error.Error:
+        return None  # an unknown id: gym.make says why, with suggestions
+    return None if threshold is None else float(threshold)
 
 
 def _tuples(value: Any) -> Any:
