@@ -1,11 +1,15 @@
 """The jaxlearner command: train on a tiny budget, eval, plot, and bad input."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+from jaxlearner.training.cli import NO_CACHE_VARIABLE as NO_CACHE
 from jaxlearner.training.cli import main
 from jaxlearner.training.loggers import read_json_lines
 
@@ -17,14 +21,20 @@ TINY = [
     "--num-envs",
     "4",
     "--no-progress",
-    "--checkpoint-every",
-    "1",
+    "--checkpoint-every-steps",
+    "1024",
     "--config",
     "train_batch_size=1024",
     "minibatch_size=256",
     "num_epochs=1",
     "hidden_sizes=[16]",
 ]
+
+
+@pytest.fixture(autouse=True)
+def no_compilation_cache(monkeypatch):
+    """In-process runs must not point JAX at the real ~/.cache."""
+    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +101,135 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["eval", "RUN", "--render", "human", "--video", "a.gif"], "drop --render human"),
         (["eval", "RUN", "--render", "ascii"], "argument --render: invalid choice: 'ascii'"),
         (["plot"], "the following arguments are required: runs"),
-        ([], "the following arguments are required: command"),
+        (["train", "ppo", "--devices", "9"], "--devices 9: devices=9 but 8 device(s)"),
+        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 2048 does"),
+        # PPO in capitals, and after --config: both name the algorithm.
+        (["train", "--config", "lr=1e-3", "PPO", "--num-envs", "3"], "--num-envs 3: PPO's"),
+        (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
+        (["train", "ppo", "--checkpoint-every", "2"], "--checkpoint-every-steps N (env steps)"),
+        (["train", "ppo", "--resume", "RUN"], "with the settings in its run.json; drop"),
+        (["train", "--resume", "/no/run"], "is not a run folder of 'jaxlearner train'"),
+        (["train"], "give an algorithm (dqn, ppo, sac"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path, run):
     argv = [str(run) if a == "RUN" else a for a in argv]
+    out = tmp_path / "x"
     with pytest.raises(SystemExit) as exited:
-        main([*argv, *(["--out", str(tmp_path / "x")] if argv[:1] == ["train"] else [])])
+        main(
+            [
+                *argv,
+                *(["--out", str(out)] if argv[:1] == ["train"] and "--resume" not in argv else []),
+            ]
+        )
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+    assert not out.exists()  # checked before anything is written
+
+
+def test_missing_extras_are_one_line_before_any_work(capsys, tmp_path, monkeypatch, run):
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "imageio", None)
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "ppo", "--tensorboard", "--out", str(out)])
+    assert exited.value.code == 2 and not out.exists()
+    assert "pip install 'jaxlearner[tensorboard]'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", str(run), "--video", str(tmp_path / "a.mp4")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "pip install 'jaxlearner[video]'" in err, err
+
+
+def test_bare_command_prints_the_usage(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: jaxlearner") and "train" in err and "eval" in err
+    bare = subprocess.run([sys.executable, "-m", "jaxlearner"], capture_output=True, text=True)
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: jaxlearner")
+
+
+@pytest.mark.parametrize(
+    ("options", "steps"),
+    [
+        # Every 2048 env steps (2 iterations of 1024), and at the end; no evaluation before.
+        (["--checkpoint-every-steps", "2048", "--eval-every", "100000"], [2, 4, 5]),
+        # The first evaluation (iteration 3) is a new best; then the end.
+        (["--checkpoint-every-steps", "100000", "--eval-every", "3072"], [3, 5]),
+    ],
+)
+def test_checkpoints_land_where_the_options_say(options, steps, tmp_path, capsys):
+    tiny = [*TINY[TINY.index("--num-envs") :]]
+    tiny.remove("--checkpoint-every-steps")
+    tiny.remove("1024")
+    out = tmp_path / "run"
+    assert main(["train", "ppo", "--out", str(out), "--max-steps", "5120", *options, *tiny]) == 0
+    saved = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved == steps
+
+
+def _cli(*argv, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxlearner.training.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def _train_records(run):
+    return [r for r in read_json_lines(run / "metrics.jsonl") if "episode_return_mean" in r]
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_saves_a_checkpoint_and_resume_continues(signal_number, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    budget = ["--max-steps", "16384", "--eval-every", "4096", "--stop-reward", "1000"]
+    tiny = [a for a in TINY[TINY.index("--num-envs") :] if a not in ("--checkpoint-every-steps",)]
+    tiny.remove("1024")
+    child = _cli("train", "ppo", "--out", str(out), *budget, *tiny, env=env)
+    deadline = time.monotonic() + 120
+    while not ((out / "metrics.jsonl").is_file() and _train_records(out)):
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal_number)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal_number, stderr
+    assert "Traceback" not in stderr, stderr
+    assert f"continue with: jaxlearner train --resume {out}" in stdout
+    stopped = _train_records(out)
+    assert 1 <= len(stopped) < 16
+    saved = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved[-1] == stopped[-1]["iteration"]
+    if signal_number == signal.SIGTERM:
+        return
+    resumed = _cli("train", "--resume", str(out), "--no-progress", env=env)
+    stdout, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    assert f"from env step {int(stopped[-1]['env_steps'])}" in stdout
+    records = _train_records(out)
+    assert [r["iteration"] for r in records] == list(range(1, 17))
+    assert [r["env_steps"] for r in records] == [1024 * i for i in range(1, 17)]
+    again = _cli("train", "--resume", str(out), env=env)
+    stdout, stderr = again.communicate(timeout=120)
+    assert again.returncode == 0 and "is complete: its stop conditions hold" in stdout, stderr
+    assert len(_train_records(out)) == 16
+
+
+def test_the_compilation_cache_fills_the_folder_given(run, tmp_path):
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "JAXLEARNER_NO_COMPILATION_CACHE"}
+    child = _cli("eval", str(run), "--episodes", "2", "--compilation-cache", str(cache), env=env)
+    assert child.wait(timeout=120) == 0, child.communicate()
+    assert any(cache.iterdir())
+    off = tmp_path / "off"
+    env[NO_CACHE] = "1"
+    child = _cli("eval", str(run), "--episodes", "2", "--compilation-cache", str(off), env=env)
+    assert child.wait(timeout=120) == 0, child.communicate()
+    assert not off.exists()
 
 
 def test_help_runs_as_a_module():
@@ -111,3 +240,18 @@ def test_help_runs_as_a_module():
         timeout=60,
     )
     assert result.returncode == 0 and "--stop-reward" in result.stdout
+    for line in [
+        "  ppo: CartPole-v1, stops at evaluation return 475 or 300000 env steps;",
+        "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
+        "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
+        "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
+    ]:
+        assert line in result.stdout.splitlines(), line
+
+
+def test_another_env_stops_at_gymnasiums_reward_threshold(tmp_path, capsys):
+    out = tmp_path / "acrobot"
+    options = ["--max-steps", "1024", "--eval-every", "100000", "--num-envs", "4"]
+    config = ["--config", "train_batch_size=1024", "num_epochs=1", "hidden_sizes=[8]"]
+    assert main(["train", "ppo", "--env", "Acrobot-v1", "--out", str(out), *options, *config]) == 0
+    assert json.loads((out / "run.json").read_text())["stop_reward"] == -100.0

@@ -250,3 +250,12 @@ def test_off_policy_resume_continues_exactly(tmp_path):
             k: v for k, v in got.items() if k not in TIMING
         }
     assert tree_equal(resumed.state.modules, straight.state.modules)
+
+
+def test_request_stop_ends_run_after_the_iteration_in_flight():
+    trainer = small_trainer()
+    stop_at_two = lambda stats: trainer.request_stop() if stats["iteration"] == 2 else None
+    ran = trainer.run(jl.MaxEnvSteps(10_000), on_iteration=stop_at_two)
+    assert [s["iteration"] for s in ran] == [1, 2] and trainer.stop_requested
+    again = trainer.run(jl.MaxEnvSteps(10_000), max_iterations=1)  # a new run starts afresh
+    assert [s["iteration"] for s in again] == [3] and not trainer.stop_requested

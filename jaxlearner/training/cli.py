@@ -10,7 +10,14 @@
   episode, ``--render human`` plays one in a window.
 * ``jaxlearner plot runs/NAME [more runs]`` writes a learning-curve PNG.
 
-Bad arguments print one line and exit with status 2.
+Bad arguments print one line and exit with status 2, before a run folder is
+made; bare ``jaxlearner`` prints the usage and exits with status 2.
+
+Ctrl-C (SIGINT) or SIGTERM during ``train`` finishes the iteration in flight,
+saves a checkpoint, prints how to continue (``jaxlearner train --resume RUN``)
+and exits with status 130 or 143. ``train`` and ``eval`` keep JAX's compiled
+programs in a persistent cache (``~/.cache/jaxlearner/jax``; ``--compilation-cache
+DIR``, or off with ``--no-compilation-cache`` or ``JAXLEARNER_NO_COMPILATION_CACHE=1``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
+import os
 import pathlib
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -114,10 +124,24 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxlearner", description="Train, evaluate and plot RL agents.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
-    train = commands.add_parser("train", help="train a built-in algorithm")
-    train.add_argument("algorithm", help="the algorithm: " + ", ".join(_algorithm_names()))
+    train = commands.add_parser(
+        "train",
+        help="train a built-in algorithm",
+        epilog=_algorithms_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument(
+        "algorithm",
+        nargs="?",
+        help="the algorithm, any case: " + ", ".join(_algorithm_names()),
+    )
+    train.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue RUN from its latest checkpoint with its settings (after Ctrl-C)",
+    )
     train.add_argument("--env", help="a gymnasium environment id (default: the algorithm's)")
     train.add_argument(
         "--config",
@@ -133,12 +157,14 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--num-envs", type=_positive_int, help="sub-environments per step")
     train.add_argument("--eval-every", type=_positive_int, help="env steps between evaluations")
     train.add_argument(
-        "--checkpoint-every",
+        "--checkpoint-every-steps",
         type=_positive_int,
-        default=10,
-        help="iterations between checkpoints (default 10)",
+        metavar="N",
+        help="save every N env steps (default: --eval-every); also at each new best "
+        "evaluation, at the end and on Ctrl-C",
     )
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--checkpoint-every", type=_positive_int, help=argparse.SUPPRESS)
+    train.add_argument("--seed", type=int, help="seed (default 0)")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument(
         "--tensorboard",
@@ -165,10 +191,62 @@ def _parser() -> argparse.ArgumentParser:
         "needs jaxlearner[video])",
     )
 
+    for command in (train, evaluate):
+        command.add_argument(
+            "--compilation-cache",
+            metavar="DIR",
+            help=f"JAX's persistent compilation cache (default {_default_cache()})",
+        )
+        command.add_argument(
+            "--no-compilation-cache",
+            action="store_true",
+            help=f"compile afresh (also: {NO_CACHE_VARIABLE}=1)",
+        )
+
     plot = commands.add_parser("plot", help="plot learning curves")
     plot.add_argument("runs", nargs="+", help="run folders")
     plot.add_argument("--out", help="the PNG to write (default: FIRST_RUN/learning_curve.png)")
     return parser
+
+
+def _algorithms_help() -> str:
+    """Each algorithm's defaults and config fields, for ``jaxlearner train --help``."""
+    from jaxlearner.core.registry import algorithm_recipe
+
+    lines = [
+        "algorithms (config fields as 'name: type = default', and the command line's own",
+        "default on the algorithm's environment; on another --env, training stops at",
+        "gymnasium's reward_threshold for it, if it has one, or at --stop-reward):",
+    ]
+    for name in _algorithm_names():
+        defaults = DEFAULTS.get(name)
+        if defaults is None:
+            lines.append(f"  {name}: no default environment (pass --env)")
+            tuned: dict[str, Any] = {}
+        else:
+            lines.append(
+                f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
+                f"or {defaults.max_steps} env steps;\n    {defaults.num_envs} envs, evaluates "
+                f"every {defaults.eval_every} env steps"
+            )
+            tuned = defaults.config
+        for field in dataclasses.fields(algorithm_recipe(name).config_type):
+            default = field.default
+            if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            text = f"    {field.name}: {field.type} = {_value(default)}"
+            if field.name in tuned:
+                text += f"; on {defaults.env}: {_value(tuned[field.name])}"
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    """A config value as it is written after --config (JSON, without spaces)."""
+    try:
+        return json.dumps(value, separators=(",", ":"))
+    except TypeError:
+        return repr(value)
 
 
 def _positive_int(text: str) -> int:
@@ -191,8 +269,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `jaxlearner`: the usage, as for any missing argument
+        parser.print_help(sys.stderr)
+        return 2
     logging.getLogger("absl").setLevel(logging.ERROR)  # orbax's notes on read-only folders
     try:
+        if args.command == "train":
+            _fix_train_arguments(args)
+        if args.command in ("train", "eval"):
+            _compilation_cache(args)
         if args.command == "train":
             return _train(args)
         if args.command == "eval":
@@ -200,22 +285,119 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _plot(args)
     except _UsageError as error:
         parser.exit(2, f"jaxlearner {args.command}: error: {error}\n")
+    except KeyboardInterrupt:
+        print(f"jaxlearner {args.command}: interrupted", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
+
+
+NO_CACHE_VARIABLE = "JAXLEARNER_NO_COMPILATION_CACHE"
+
+
+def _default_cache() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "jaxlearner" / "jax"
+
+
+def _compilation_cache(args: argparse.Namespace) -> pathlib.Path | None:
+    """Turns on JAX's persistent compilation cache, so a second run skips compiling."""
+    off = os.environ.get(NO_CACHE_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+    if args.no_compilation_cache or off:
+        return None
+    import jax
+
+    folder = pathlib.Path(args.compilation_cache or _default_cache()).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _UsageError(f"--compilation-cache {folder}: {error.strerror}") from None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    # The defaults skip programs compiled in under a second: most of a CPU run's.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
+
+
+def _fix_train_arguments(args: argparse.Namespace) -> None:
+    """``--checkpoint-every`` is gone; ``train --config lr=1e-3 ppo`` names ppo."""
+    if args.checkpoint_every is not None:
+        raise _UsageError(
+            "--checkpoint-every (iterations, and only when evaluating) is replaced by "
+            "--checkpoint-every-steps N (env steps)"
+        )
+    if args.algorithm is None and args.config and "=" not in args.config[-1]:
+        args.algorithm = args.config.pop()
 
 
 class _UsageError(Exception):
     """A mistake in the command line discovered after parsing."""
 
 
-def _train(args: argparse.Namespace) -> int:
-    import gymnasium as gym
+@dataclasses.dataclass(frozen=True)
+class _RunSettings:
+    """What ``run.json`` records: enough to rebuild the trainer for ``--resume``."""
 
-    import jaxlearner as jl
+    algorithm: str
+    env: str
+    config: dict[str, Any]
+    num_envs: int
+    seed: int
+    stop_reward: float | None
+    max_steps: int
+    eval_every: int
+    checkpoint_every_steps: int
+    devices: str | None
+
+
+def _settings(args: argparse.Namespace) -> _RunSettings:
+    """The run's settings from the command line, or from ``RUN/run.json`` for ``--resume``."""
+    if args.resume is not None:
+        given = [
+            option
+            for option, value in [
+                ("ALGORITHM", args.algorithm),
+                ("--env", args.env),
+                ("--config", args.config or None),
+                ("--stop-reward", args.stop_reward),
+                ("--max-steps", args.max_steps),
+                ("--out", args.out),
+                ("--devices", args.devices),
+                ("--num-envs", args.num_envs),
+                ("--eval-every", args.eval_every),
+                ("--checkpoint-every-steps", args.checkpoint_every_steps),
+                ("--seed", args.seed),
+            ]
+            if value is not None
+        ]
+        if given:
+            raise _UsageError(
+                f"--resume continues a run with the settings in its {RUN_FILE}; drop {given}"
+            )
+        _, info = _read_run(args.resume)
+        name, env_id = info["algorithm"], info["env"]
+        defaults = DEFAULTS.get(name)
+        eval_every = info.get("eval_every") or (defaults.eval_every if defaults else 10_000)
+        return _RunSettings(
+            algorithm=name,
+            env=env_id,
+            config={key: _tuples(value) for key, value in info["config"].items()},
+            num_envs=info["num_envs"],
+            seed=info["seed"],
+            stop_reward=info["stop_reward"],
+            max_steps=info["max_steps"],
+            eval_every=eval_every,
+            checkpoint_every_steps=info.get("checkpoint_every_steps") or eval_every,
+            devices=info.get("devices"),
+        )
     from jaxlearner.algorithms.config import parse_overrides
     from jaxlearner.core.registry import algorithm_recipe
 
-    name = args.algorithm
+    if args.algorithm is None:
+        raise _UsageError("give an algorithm (" + ", ".join(_algorithm_names()) + ") or --resume")
+    name = args.algorithm.lower()
     if name not in _algorithm_names():
-        raise _UsageError(f"unknown algorithm {name!r}; choose one of {_algorithm_names()}")
+        raise _UsageError(
+            f"unknown algorithm {args.algorithm!r}; choose one of {_algorithm_names()}"
+        )
     recipe = algorithm_recipe(name)
     defaults = DEFAULTS.get(name)
     env_id = args.env or (defaults.env if defaults else None)
@@ -225,84 +407,237 @@ def _train(args: argparse.Namespace) -> int:
         overrides = parse_overrides(recipe.config_type, args.config)
     except ValueError as error:
         raise _UsageError(str(error)) from None
+    _check_sequences(recipe.config_type, overrides)
     same_env = defaults is not None and env_id == defaults.env
-    config = {**(defaults.config if same_env else {}), **overrides}
+    stop_reward = args.stop_reward
+    if stop_reward is None:
+        stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
+    eval_every = args.eval_every or (defaults.eval_every if defaults else 10_000)
+    return _RunSettings(
+        algorithm=name,
+        env=env_id,
+        config=overrides,
+        num_envs=args.num_envs or (defaults.num_envs if defaults else 8),
+        seed=0 if args.seed is None else args.seed,
+        stop_reward=stop_reward,
+        max_steps=args.max_steps or (defaults.max_steps if defaults else 1_000_000),
+        eval_every=eval_every,
+        checkpoint_every_steps=args.checkpoint_every_steps or eval_every,
+        devices=args.devices,
+    )
+
+
+def _reward_threshold(env_id: str) -> float | None:
+    """gymnasium's ``reward_threshold`` for the environment (``None`` where it has none)."""
+    import gymnasium as gym
+
     try:
-        env = gym.make(env_id)
+        threshold = gym.spec(env_id).reward_threshold
+    except gym.error.Error:
+        return None  # an unknown id: gym.make says why, with suggestions
+    return None if threshold is None else float(threshold)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists back into the tuples the configs hold."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
+
+
+def _check_sequences(config_type: Any, overrides: dict[str, Any]) -> None:
+    """``hidden_sizes=64`` is a mistake for ``hidden_sizes=[64]``: say so before building."""
+    for field in dataclasses.fields(config_type):
+        value = overrides.get(field.name)
+        if (
+            isinstance(field.default, tuple)
+            and field.name in overrides
+            and not isinstance(value, tuple)
+        ):
+            example = json.dumps(list(field.default)).replace(" ", "")
+            raise _UsageError(
+                f"--config {field.name}={json.dumps(value)}: {field.name} takes a list "
+                f"like {field.name}={example}"
+            )
+
+
+def _build(settings: _RunSettings) -> Any:
+    """The algorithm, placed on its devices, with every option checked; touches no disk."""
+    import gymnasium as gym
+
+    from jaxlearner.core.registry import algorithm_recipe
+
+    recipe = algorithm_recipe(settings.algorithm)
+    defaults = DEFAULTS.get(settings.algorithm)
+    same_env = defaults is not None and settings.env == defaults.env
+    config = {**(defaults.config if same_env else {}), **settings.config}
+    try:
+        env = gym.make(settings.env)
     except gym.error.Error as error:
         raise _UsageError(str(error)) from None
     try:
         algorithm = recipe.build(env.observation_space, env.action_space, config)
     except (TypeError, ValueError) as error:
         raise _UsageError(str(error)) from None
-    env.close()
-    devices = _devices(args.devices)
-    num_envs = args.num_envs or (defaults.num_envs if defaults else 8)
-    out = pathlib.Path(args.out or _default_run_name(name, env_id))
-    out.mkdir(parents=True, exist_ok=True)
-    stop_reward = (
-        args.stop_reward
-        if args.stop_reward is not None
-        else (defaults.stop_reward if same_env else None)
-    )
-    max_steps = args.max_steps or (defaults.max_steps if defaults else 1_000_000)
-    eval_every = args.eval_every or (defaults.eval_every if defaults else 10_000)
-    (out / RUN_FILE).write_text(
-        json.dumps(
-            {
-                "algorithm": name,
-                "env": env_id,
-                "config": overrides,
-                "num_envs": num_envs,
-                "seed": args.seed,
-                "stop_reward": stop_reward,
-                "max_steps": max_steps,
-                "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    finally:
+        env.close()
+    devices = _devices(settings.devices)
+    if devices is not None:
+        try:
+            algorithm = algorithm.with_learner(algorithm.learner.on(devices))
+        except ValueError as error:
+            raise _UsageError(f"--devices {settings.devices}: {error}") from None
+    try:
+        algorithm.rollout_steps(settings.num_envs)
+    except ValueError as error:
+        raise _UsageError(f"--num-envs {settings.num_envs}: {error}") from None
+    return algorithm
 
-    writers: list[Any] = [
-        jl.loggers.ConsoleWriter(every=1),
-        jl.loggers.JSONLinesWriter(out / METRICS_FILE),
-    ]
+
+def _check_tensorboard(args: argparse.Namespace) -> None:
     if args.tensorboard:
-        writers.append(jl.loggers.TensorBoardWriter(out / "tensorboard"))
-    trainer = jl.Trainer(
-        algorithm,
-        env_id,
-        num_envs=num_envs,
-        seed=args.seed,
-        devices=devices,
-        writers=writers,
-        progress=False if args.no_progress else None,
-    )
-    conditions: list[Any] = [jl.MaxEnvSteps(max_steps)]
-    if stop_reward is not None:
-        # Two evaluations in a row, so one lucky evaluation does not end the run.
-        conditions.append(jl.RewardBound(stop_reward, times=2))
+        try:
+            import tensorboardX  # noqa: F401
+        except ImportError:
+            raise _UsageError(
+                "--tensorboard needs tensorboardX: pip install 'jaxlearner[tensorboard]'"
+            ) from None
+
+
+class _Interrupted:
+    """Turns SIGINT and SIGTERM into ``trainer.request_stop()``; a second signal aborts."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.signal: int | None = None
+        self._trainer = trainer
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupted:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def _handle(self, number: int, frame: Any) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
+        self.signal = number
+        self._trainer.request_stop()
+        print(
+            f"\n{signal.Signals(number).name}: stopping after this iteration (again to abort)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
+def _ranked(stats: dict[str, float]) -> dict[str, float]:
+    """Stats to save a step with: a step saved without an evaluation ranks last."""
+    return {"eval/return_mean": math.nan, **stats}
+
+
+def _train(args: argparse.Namespace) -> int:
+    import jaxlearner as jl
+
+    settings = _settings(args)
+    algorithm = _build(settings)
+    _check_tensorboard(args)
+    name, env_id = settings.algorithm, settings.env
+    if args.resume is not None:
+        out = pathlib.Path(args.resume)
+        with jl.CheckpointManager(out / CHECKPOINTS, read_only=True) as existing:
+            if existing.latest_step() is None:
+                raise _UsageError(f"--resume {out}: {out / CHECKPOINTS} holds no checkpoint")
+    else:
+        out = pathlib.Path(args.out or _default_run_name(name, env_id))
+        out.mkdir(parents=True, exist_ok=True)
+        record = {
+            **dataclasses.asdict(settings),
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        }
+        (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
     checkpoint = jl.CheckpointManager(
         out / CHECKPOINTS, max_to_keep=3, keep_best=1, best_metric="eval/return_mean"
     )
-    print(f"Training {name} on {env_id} with {num_envs} envs; run folder {out}", flush=True)
-
-    def save(stats: dict[str, float]) -> None:
-        if "eval/return_mean" in stats and stats["iteration"] % args.checkpoint_every == 0:
-            trainer.save(checkpoint)
-
+    trainer = None
     try:
-        trainer.run(conditions, steps_per_eval=eval_every, on_iteration=save)
-        last = trainer.history[-1] if trainer.history else {}
-        if "eval/return_mean" not in last:
-            last.update({f"eval/{k}": v for k, v in trainer.eval().items()})
-        if checkpoint.latest_step() != trainer.counters.iteration:
-            trainer.save(checkpoint, metrics=last)
-        checkpoint.wait_until_finished()
+        if args.resume is not None:
+            _truncate_metrics(out / METRICS_FILE, checkpoint.latest_step())
+        writers: list[Any] = [
+            jl.loggers.ConsoleWriter(every=1),
+            jl.loggers.JSONLinesWriter(out / METRICS_FILE),
+        ]
+        if args.tensorboard:
+            writers.append(jl.loggers.TensorBoardWriter(out / "tensorboard"))
+        trainer = jl.Trainer(
+            algorithm,
+            env_id,
+            num_envs=settings.num_envs,
+            seed=settings.seed,
+            writers=writers,
+            progress=False if args.no_progress else None,
+        )
+        if args.resume is not None:
+            trainer.restore(checkpoint)  # the steps it saves are the iterations
+        return _run(trainer, checkpoint, settings, out, args)
     finally:
         checkpoint.close()
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
+
+
+def _run(
+    trainer: Any, checkpoint: Any, settings: _RunSettings, out: pathlib.Path, args: Any
+) -> int:
+    """Trains until a stop condition holds or a signal arrives; saves; prints where it all went."""
+    import jaxlearner as jl
+
+    conditions: list[Any] = [jl.MaxEnvSteps(settings.max_steps)]
+    if settings.stop_reward is not None:
+        # Two evaluations in a row, so one lucky evaluation does not end the run.
+        conditions.append(jl.RewardBound(settings.stop_reward, times=2))
+    every = settings.checkpoint_every_steps
+    evaluations = [r["eval/return_mean"] for r in trainer.history if "eval/return_mean" in r]
+    best = max(evaluations, default=-math.inf)
+    next_save = (trainer.counters.env_steps // every + 1) * every
+
+    def save(stats: dict[str, float]) -> None:
+        # Every `every` env steps, and at each new best evaluation (which keep_best keeps).
+        nonlocal best, next_save
+        evaluation = stats.get("eval/return_mean", -math.inf)
+        if evaluation > best or trainer.counters.env_steps >= next_save:
+            best = max(best, evaluation)
+            next_save = (trainer.counters.env_steps // every + 1) * every
+            trainer.save(checkpoint, metrics=_ranked(stats))
+
+    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
+    if args.resume is None:
+        print(f"Training {where}; run folder {out}", flush=True)
+    elif jl.AnyOf(*conditions)(trainer.history):
+        print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
+        return 0
+    else:
+        print(
+            f"Resuming {where} from env step {trainer.counters.env_steps}; run folder {out}",
+            flush=True,
+        )
+    with _Interrupted(trainer) as interrupted:
+        trainer.run(conditions, steps_per_eval=settings.eval_every, on_iteration=save)
+        last = trainer.history[-1] if trainer.history else {}
+        if interrupted.signal is None and "eval/return_mean" not in last:
+            last.update({f"eval/{k}": v for k, v in trainer.eval().items()})
+        if checkpoint.latest_step() != trainer.counters.iteration:
+            trainer.save(checkpoint, metrics=_ranked(last))
+        checkpoint.wait_until_finished()
+    if interrupted.signal is not None:
+        print(
+            f"Stopped by {signal.Signals(interrupted.signal).name} after "
+            f"{trainer.counters.env_steps} env steps; checkpoint {trainer.counters.iteration} "
+            f"saved in {out / CHECKPOINTS}; continue with: jaxlearner train --resume {out}",
+            flush=True,
+        )
+        return 128 + interrupted.signal
     reached = last.get("eval/return_mean", float("nan"))
     print(
         f"Done: {trainer.counters.env_steps} env steps in {trainer.counters.time_total_s:.1f} s, "
@@ -314,6 +649,16 @@ def _train(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _truncate_metrics(path: pathlib.Path, iteration: int) -> None:
+    """Drops records past the restored checkpoint (a run killed without one wrote them)."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= iteration]
+    if len(kept) != len(lines):
+        path.write_text("".join(kept), encoding="utf-8")
 
 
 def _devices(text: str | None) -> Any:
@@ -395,9 +740,19 @@ def _video_path(args: argparse.Namespace) -> pathlib.Path | None:
     if args.render == "human":
         raise _UsageError("--video records rgb_array frames; drop --render human")
     try:
-        return check_video_path(args.video)
+        path = check_video_path(args.video)
     except ValueError as error:
         raise _UsageError(str(error)) from None
+    if path.suffix.lower() == ".mp4":
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise _UsageError(
+                f"--video {args.video}: an .mp4 needs imageio with ffmpeg: "
+                "pip install 'jaxlearner[video]' (or write a .gif)"
+            ) from None
+    return path
 
 
 def _play_episode(

@@ -147,6 +147,7 @@ class Trainer:
         self._state = self.learner.placement.put(state)
         self.counters = TrainerCounters()
         self.history: list[dict[str, float]] = []
+        self._stop_requested = False
 
     @property
     def algorithm(self) -> Algorithm:
@@ -172,6 +173,22 @@ class Trainer:
     def runner(self) -> EnvRunner:
         """The training env runner."""
         return self._runner
+
+    def request_stop(self) -> None:
+        """Asks :meth:`run` to return once the iteration in flight is done.
+
+        Only sets a flag, so a signal handler may call it: the command line's
+        Ctrl-C handler does, then saves a checkpoint to resume from.
+
+        Example:
+          >>> signal.signal(signal.SIGINT, lambda *_: trainer.request_stop())  # doctest: +SKIP
+        """
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether :meth:`request_stop` was called since :meth:`run` last started."""
+        return self._stop_requested
 
     def _module_state(self) -> ModuleState:
         state = self.learner.placement.get(self._state)
@@ -271,7 +288,10 @@ class Trainer:
             checkpoint).
 
         Returns:
-          The stats of the iterations this call ran.
+          The stats of the iterations this call ran; fewer than the stop
+          conditions ask for when :meth:`request_stop` was called (the
+          iteration in flight then completes, evaluation and ``on_iteration``
+          included, and :attr:`stop_requested` stays true).
 
         Raises:
           ValueError: when there is neither a stop condition nor ``max_iterations``.
@@ -285,8 +305,11 @@ class Trainer:
         bar = ProgressBar(total=_target_steps(conditions), enabled=self._progress_enabled)
         next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
         ran: list[dict[str, float]] = []
+        self._stop_requested = False
         try:
-            while max_iterations is None or len(ran) < max_iterations:
+            while not self._stop_requested and (
+                max_iterations is None or len(ran) < max_iterations
+            ):
                 stats = self.step()
                 if next_eval is not None and self.counters.env_steps >= next_eval:
                     stats.update({f"eval/{k}": v for k, v in self.eval().items()})
