@@ -259,3 +259,11 @@ def test_request_stop_ends_run_after_the_iteration_in_flight():
     assert [s["iteration"] for s in ran] == [1, 2] and trainer.stop_requested
     again = trainer.run(jl.MaxEnvSteps(10_000), max_iterations=1)  # a new run starts afresh
     assert [s["iteration"] for s in again] == [3] and not trainer.stop_requested
+
+
+def test_the_progress_bar_shows_the_run_budget_and_stop_rule(capsys):
+    trainer = small_trainer(progress=True)
+    trainer.run([jl.RewardBound(475.0, times=2), jl.MaxEnvSteps(512)])
+    shown = capsys.readouterr().err
+    assert "stops at 2 evals >= 475 in a row or 512 steps" in shown
+    assert "512/512" in shown

@@ -35,8 +35,8 @@ from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
 from jaxlearner.training.feeds import make_feed
-from jaxlearner.training.loggers import ProgressBar, Writer, flatten_metrics
-from jaxlearner.training.stop_conditions import AnyOf, StopCondition
+from jaxlearner.training.loggers import ProgressBar, Writer, describe_stop, flatten_metrics
+from jaxlearner.training.stop_conditions import AnyOf, RewardBound, StopCondition
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
@@ -302,7 +302,11 @@ class Trainer:
         if not conditions and max_iterations is None:
             raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
         stop = AnyOf(*conditions) if conditions else (lambda history: False)
-        bar = ProgressBar(total=_target_steps(conditions), enabled=self._progress_enabled)
+        bar = ProgressBar(
+            total=_target_steps(conditions),
+            enabled=self._progress_enabled,
+            description=_stop_description(conditions),
+        )
         next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
         ran: list[dict[str, float]] = []
         self._stop_requested = False
@@ -427,3 +431,14 @@ def _target_steps(conditions: Sequence[StopCondition]) -> int | None:
         if isinstance(steps, int):
             return steps
     return None
+
+
+def _stop_description(conditions: Sequence[StopCondition]) -> str | None:
+    """The progress bar's words for the stop rule: "stops at 2 evals >= 475 in a row or ..."."""
+    bound = next((c for c in conditions if isinstance(c, RewardBound)), None)
+    description = describe_stop(
+        _target_steps(conditions),
+        None if bound is None else bound.bound,
+        1 if bound is None else bound.times,
+    )
+    return description or None
