@@ -55,6 +55,13 @@ def test_train_writes_logs_checkpoints_and_run_info(run, capsys):
     assert steps[-1] == 2
 
 
+def test_a_tensorboard_run_logs_by_env_steps_and_names_its_folder(tmp_path, capsys):
+    out = tmp_path / "tb"
+    assert main(["train", "ppo", "--out", str(out), "--tensorboard", *TINY]) == 0
+    assert f"tensorboard: tensorboard --logdir {out / 'tensorboard'}" in capsys.readouterr().out
+    assert any((out / "tensorboard").iterdir())
+
+
 def test_eval_restores_the_checkpoint(run, capsys):
     assert main(["eval", str(run), "--episodes", "3"]) == 0
     out = capsys.readouterr().out

@@ -639,13 +639,14 @@ def _run(
         )
         return 128 + interrupted.signal
     reached = last.get("eval/return_mean", float("nan"))
+    tensorboard = f"\n  tensorboard: tensorboard --logdir {out / 'tensorboard'}"
     print(
         f"Done: {trainer.counters.env_steps} env steps in {trainer.counters.time_total_s:.1f} s, "
         f"evaluation return {reached:.1f}.\n"
         f"  metrics:     {out / METRICS_FILE}\n"
         f"  checkpoints: {out / CHECKPOINTS}\n"
         f"  evaluate:    jaxlearner eval {out}\n"
-        f"  plot:        jaxlearner plot {out}",
+        f"  plot:        jaxlearner plot {out}" + (tensorboard if args.tensorboard else ""),
         flush=True,
     )
     return 0
