@@ -183,8 +183,8 @@ LAYERS = [
 def layer_of(module):
     """The index in LAYERS of a module's sub-package; None for the root package."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return None  # jaxlearner/__init__.py re-exports from every layer
+    if len(parts) == 1 or parts[1] == "__main__":
+        return None  # jaxlearner/__init__.py re-exports every layer; __main__ runs the CLI
     return next(i for i, names in enumerate(LAYERS) if parts[1] in names)
 
 

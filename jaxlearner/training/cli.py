@@ -494,8 +494,10 @@ def _build(settings: _RunSettings) -> Any:
 
 def _check_tensorboard(args: argparse.Namespace) -> None:
     if args.tensorboard:
+        from jaxlearner.training.loggers import require_tensorboard
+
         try:
-            import tensorboardX  # noqa: F401
+            require_tensorboard()
         except ImportError:
             raise _UsageError(
                 "--tensorboard needs tensorboardX: pip install 'jaxlearner[tensorboard]'"
@@ -732,7 +734,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _video_path(args: argparse.Namespace) -> pathlib.Path | None:
     """The ``--video`` file, checked before anything is restored."""
-    from jaxlearner.training.video import check_video_path
+    from jaxlearner.training.video import check_video_path, require_mp4_writer
 
     if args.video is None:
         if args.render == "rgb_array":
@@ -746,8 +748,7 @@ def _video_path(args: argparse.Namespace) -> pathlib.Path | None:
         raise _UsageError(str(error)) from None
     if path.suffix.lower() == ".mp4":
         try:
-            import imageio  # noqa: F401
-            import imageio_ffmpeg  # noqa: F401
+            require_mp4_writer()
         except ImportError:
             raise _UsageError(
                 f"--video {args.video}: an .mp4 needs imageio with ffmpeg: "

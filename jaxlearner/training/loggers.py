@@ -209,6 +209,20 @@ def read_json_lines(path: str | pathlib.Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in file if line.strip()]
 
 
+def require_tensorboard() -> None:
+    """Raises unless tensorboardX is installed (check before a run that will log to it).
+
+    Raises:
+      ImportError: naming the extra to install (``jaxlearner[tensorboard]``).
+    """
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "TensorBoardWriter needs tensorboardX: pip install 'jaxlearner[tensorboard]'."
+        ) from error
+
+
 @final
 class TensorBoardWriter:
     """Writes scalars with tensorboardX (``pip install jaxlearner[tensorboard]``).
@@ -225,12 +239,9 @@ class TensorBoardWriter:
     """
 
     def __init__(self, logdir: str | pathlib.Path) -> None:
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError as error:
-            raise ImportError(
-                "TensorBoardWriter needs tensorboardX: pip install 'jaxlearner[tensorboard]'."
-            ) from error
+        require_tensorboard()
+        from tensorboardX import SummaryWriter
+
         self._writer = SummaryWriter(str(logdir))
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:

@@ -27,6 +27,25 @@ VIDEO_FORMATS = (".gif", ".mp4")
 DEFAULT_FPS = 30
 
 
+def require_mp4_writer() -> None:
+    """Raises unless an .mp4 can be written (imageio with its ffmpeg plugin).
+
+    Call it before any work that ends in writing a video (the command line
+    does, before it evaluates anything).
+
+    Raises:
+      ImportError: naming the extra to install (``jaxlearner[video]``).
+    """
+    try:
+        import imageio  # noqa: F401
+        import imageio_ffmpeg  # noqa: F401  (imageio's ffmpeg plugin needs it)
+    except ImportError:
+        raise ImportError(
+            "Writing an .mp4 needs imageio with ffmpeg: pip install 'jaxlearner[video]' "
+            "(or write a .gif, which needs nothing more)."
+        ) from None
+
+
 def check_video_path(path: str | pathlib.Path) -> pathlib.Path:
     """``path`` as a ``Path`` if its suffix is a format :func:`write_video` writes.
 
@@ -144,14 +163,9 @@ def write_video(
         duration = max(1, round(1000 / fps))
         images[0].save(path, save_all=True, append_images=images[1:], duration=duration, loop=0)
         return path
-    try:
-        import imageio.v3 as iio
-        import imageio_ffmpeg  # noqa: F401  (imageio's ffmpeg plugin needs it)
-    except ImportError:
-        raise ImportError(
-            "Writing an .mp4 needs imageio with ffmpeg: pip install 'jaxlearner[video]' "
-            "(or write a .gif, which needs nothing more)."
-        ) from None
+    require_mp4_writer()
+    import imageio.v3 as iio
+
     video = np.stack(frames).astype(np.uint8)
     # H.264 wants sides in multiples of 16: pad with edge pixels rather than resize.
     pad = [(0, 0), (0, -video.shape[1] % 16), (0, -video.shape[2] % 16), (0, 0)]
