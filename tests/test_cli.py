@@ -149,6 +149,16 @@ def test_missing_extras_are_one_line_before_any_work(capsys, tmp_path, monkeypat
     assert exited.value.code == 2 and "pip install 'jaxlearner[video]'" in err, err
 
 
+def test_a_missing_renderer_is_one_line_before_the_evaluation(capsys, tmp_path, monkeypatch, run):
+    monkeypatch.setitem(sys.modules, "pygame", None)  # as if the video extra were missing
+    for extra in (["--video", str(tmp_path / "a.gif")], ["--render", "human"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["eval", str(run), "--episodes", "1", *extra])
+        captured = capsys.readouterr()
+        assert exited.value.code == 2 and "pip install 'jaxlearner[video]'" in captured.err
+        assert "checkpoint step" not in captured.out  # nothing was evaluated first
+
+
 def test_bare_command_prints_the_usage(capsys):
     assert main([]) == 2
     err = capsys.readouterr().err

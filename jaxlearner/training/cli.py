@@ -698,6 +698,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     run, info = _read_run(args.run)
     video = _video_path(args)
+    if video is not None or args.render is not None:
+        _check_rendering(info["env"])
     options = {"read_only": True}
     if args.best:
         options["best_metric"] = "eval/return_mean"
@@ -755,6 +757,27 @@ def _video_path(args: argparse.Namespace) -> pathlib.Path | None:
                 "pip install 'jaxlearner[video]' (or write a .gif)"
             ) from None
     return path
+
+
+def _check_rendering(env: str) -> None:
+    """Renders one frame before anything is evaluated, so a missing renderer is one line first.
+
+    Only a missing dependency (pygame for gymnasium's classic control) is reported here;
+    anything else is left to the episode itself, which says what went wrong.
+    """
+    import gymnasium as gym
+
+    try:
+        probe = gym.make(env, render_mode="rgb_array")
+        try:
+            probe.reset(seed=0)
+            probe.render()
+        finally:
+            probe.close()
+    except (gym.error.DependencyNotInstalled, ImportError) as error:
+        raise _UsageError(f"{error} (pip install 'jaxlearner[video]')") from None
+    except Exception:
+        return
 
 
 def _play_episode(
