@@ -272,3 +272,54 @@ def test_another_env_stops_at_gymnasiums_reward_threshold(tmp_path, capsys):
     config = ["--config", "train_batch_size=1024", "num_epochs=1", "hidden_sizes=[8]"]
     assert main(["train", "ppo", "--env", "Acrobot-v1", "--out", str(out), *options, *config]) == 0
     assert json.loads((out / "run.json").read_text())["stop_reward"] == -100.0
+
+
+def _shell(*argv, timeout=240):
+    """The command as a user types it (``python -m jaxlearner ...``), without the cache."""
+    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "jaxlearner", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 2048 does"),
+        (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
+        (["train", "--config", "lr=1e-3", "PPO", "--num-envs", "3"], "--num-envs 3: PPO's"),
+    ],
+)
+def test_bad_input_from_the_shell_is_one_line_and_writes_nothing(argv, message, tmp_path):
+    out = tmp_path / "x"
+    result = _shell(*argv, "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert not out.exists()
+
+
+def test_checkpoint_cadence_from_the_shell(tmp_path):
+    tiny = [*TINY[TINY.index("--num-envs") :]]
+    tiny.remove("--checkpoint-every-steps")
+    tiny.remove("1024")
+    out = tmp_path / "run"
+    cadence = ["--checkpoint-every-steps", "2048", "--eval-every", "100000"]
+    result = _shell("train", "ppo", "--out", str(out), "--max-steps", "5120", *cadence, *tiny)
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved == [2, 4, 5]  # every 2048 env steps (2 iterations of 1024), and at the end
+
+
+def test_help_from_the_shell_lists_each_algorithm():
+    result = _shell("train", "--help", timeout=120)
+    assert result.returncode == 0
+    for line in (
+        "dqn: CartPole-v1, stops at evaluation return 400 or 100000 env steps",
+        "train_batch_size: int = 32; on CartPole-v1: 64",
+    ):
+        assert line in result.stdout, result.stdout
+    assert "ppo: CartPole-v1" in result.stdout and "sac: Pendulum-v1" in result.stdout

@@ -615,7 +615,7 @@ def _run(
 
     where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
     if args.resume is None:
-        print(f"Training {where}; run folder {out}", flush=True)
+        print(f"Training {where}; run folder {out} (the first iteration compiles)", flush=True)
     elif jl.AnyOf(*conditions)(trainer.history):
         print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
         return 0
