@@ -86,3 +86,34 @@ DQN_CARTPOLE = {
     "target_network_update_freq": 256,
     "replay_buffer_capacity": 100_000,
 }
+
+
+TIMING = ("env_steps_per_s", "time_this_iter_s", "time_total_s")
+"""Trainer stats that measure wall time, so differ between two equal runs."""
+
+
+def assert_same_stats(expected, got):
+    """Two runs' per-iteration stats are equal, wall-time stats aside."""
+    assert len(expected) == len(got)
+    for want, have in zip(expected, got, strict=True):
+        assert {k: v for k, v in want.items() if k not in TIMING} == {
+            k: v for k, v in have.items() if k not in TIMING
+        }
+
+
+def interrupted_and_resumed(make, directory, steps, seed=11):
+    """``make()`` trained ``steps`` iterations and saved in ``directory``, and a trainer
+    ``make(seed=seed)`` (another seed: everything must come from the checkpoint) restored
+    from it. Returns ``(interrupted, resumed)``."""
+    import jaxlearner as jl
+
+    interrupted = make()
+    for _ in range(steps):
+        interrupted.step()
+    with jl.CheckpointManager(directory) as checkpoint:
+        interrupted.save(checkpoint)
+        checkpoint.wait_until_finished()
+    resumed = make(seed=seed)
+    with jl.CheckpointManager(directory) as checkpoint:
+        resumed.restore(checkpoint)
+    return interrupted, resumed

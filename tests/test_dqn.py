@@ -8,7 +8,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import DQN_CARTPOLE, maybe_jit, tree_equal
+from helpers import (
+    DQN_CARTPOLE,
+    assert_same_stats,
+    interrupted_and_resumed,
+    maybe_jit,
+    tree_equal,
+)
 
 import jaxlearner as jl
 from jaxlearner.algorithms import off_policy, prioritized_replay, replay_buffer
@@ -436,23 +442,10 @@ def test_trainer_with_prioritized_replay_runs_and_priorities_spread():
 def test_trainer_checkpoint_round_trips_the_prioritized_buffer(tmp_path):
     straight = prioritized_trainer()
     expected = [straight.step() for _ in range(8)]
-    interrupted = prioritized_trainer()
-    for _ in range(5):
-        interrupted.step()
-    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
-        interrupted.save(checkpoint)
-        checkpoint.wait_until_finished()
-    resumed = prioritized_trainer(seed=11)
-    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
-        resumed.restore(checkpoint)
+    interrupted, resumed = interrupted_and_resumed(prioritized_trainer, tmp_path / "ckpt", 5)
     assert isinstance(resumed.buffer, prioritized_replay.PrioritizedReplayBuffer)
     assert tree_equal(resumed.buffer, interrupted.buffer)
-    continued = [resumed.step() for _ in range(3)]
-    timing = ("env_steps_per_s", "time_this_iter_s", "time_total_s")
-    for want, got in zip(expected[5:], continued, strict=True):
-        assert {k: v for k, v in want.items() if k not in timing} == {
-            k: v for k, v in got.items() if k not in timing
-        }
+    assert_same_stats(expected[5:], [resumed.step() for _ in range(3)])
     assert tree_equal(resumed.buffer, straight.buffer)
     # A uniform trainer refuses the prioritized buffer, saying why.
     uniform = prioritized_trainer(config={"prioritized_replay": False})
@@ -464,35 +457,21 @@ def test_trainer_checkpoint_round_trips_the_prioritized_buffer(tmp_path):
 
 
 @pytest.mark.slow
-def test_dqn_learns_cartpole():
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+def test_dqn_learns_cartpole(prioritized):
     env = gym.make("CartPole-v1")
-    learner = jl.algorithms.dqn(env.observation_space, env.action_space, DQN_CARTPOLE)
-    trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
-    start = time.perf_counter()
-    history = trainer.run([jl.RewardBound(450.0), jl.MaxEnvSteps(60_000)], steps_per_eval=2560)
-    final = trainer.eval()
-    print(
-        f"DQN CartPole: {trainer.counters.env_steps} env steps, "
-        f"{time.perf_counter() - start:.0f} s, eval {final['return_mean']}"
-    )
-    assert history[-1]["eval/return_mean"] >= 450.0
-    assert final["return_mean"] >= 400.0
-    # Every sampled env step reached the learner's counters (epsilon, target updates).
-    assert history[-1]["default_policy/num_env_steps_trained"] == trainer.counters.env_steps
-
-
-@pytest.mark.slow
-def test_dqn_with_prioritized_replay_learns_cartpole():
-    env = gym.make("CartPole-v1")
-    config = {**DQN_CARTPOLE, "prioritized_replay": True}
+    config = {**DQN_CARTPOLE, "prioritized_replay": prioritized}
     learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
     trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
     start = time.perf_counter()
     history = trainer.run([jl.RewardBound(450.0), jl.MaxEnvSteps(60_000)], steps_per_eval=2560)
     final = trainer.eval()
     print(
-        f"Prioritized DQN CartPole: {trainer.counters.env_steps} env steps, "
-        f"{time.perf_counter() - start:.0f} s, eval {final['return_mean']}"
+        f"DQN CartPole ({'prioritized' if prioritized else 'uniform'} replay): "
+        f"{trainer.counters.env_steps} env steps, {time.perf_counter() - start:.0f} s, "
+        f"eval {final['return_mean']}"
     )
     assert history[-1]["eval/return_mean"] >= 450.0
     assert final["return_mean"] >= 400.0
+    # Every sampled env step reached the learner's counters (epsilon, target updates).
+    assert history[-1]["default_policy/num_env_steps_trained"] == trainer.counters.env_steps

@@ -6,14 +6,13 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import tree_equal
+from helpers import TIMING, assert_same_stats, interrupted_and_resumed, tree_equal
 
 import jaxlearner as jl
 from jaxlearner.training.loggers import JSONLinesWriter, read_json_lines
 
 CARTPOLE = gym.make("CartPole-v1")
 SMALL = {"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 2, "hidden_sizes": (16,)}
-TIMING = ("env_steps_per_s", "time_this_iter_s", "time_total_s")
 
 
 def small_trainer(seed=7, **kwargs):
@@ -158,11 +157,7 @@ def test_resume_continues_exactly(tmp_path):
     assert np.isnan(resumed.history[0].pop("eval/return_mean"))
     del interrupted.history[0]["eval/return_mean"]
     assert resumed.history == interrupted.history
-    continued = [resumed.step() for _ in range(2)]
-    for want, got in zip(expected[3:], continued, strict=True):
-        assert {k: v for k, v in want.items() if k not in TIMING} == {
-            k: v for k, v in got.items() if k not in TIMING
-        }
+    assert_same_stats(expected[3:], [resumed.step() for _ in range(2)])
     assert tree_equal(resumed.state.modules, straight.state.modules)
 
 
@@ -234,21 +229,9 @@ def test_off_policy_resume_continues_exactly(tmp_path):
 
     straight = make()
     expected = [straight.step() for _ in range(8)]
-    interrupted = make()
-    for _ in range(5):
-        interrupted.step()
-    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
-        interrupted.save(checkpoint)
-        checkpoint.wait_until_finished()
-    resumed = make(seed=11)
-    with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
-        resumed.restore(checkpoint)
+    interrupted, resumed = interrupted_and_resumed(make, tmp_path / "ckpt", steps=5)
     assert tree_equal(resumed.buffer, interrupted.buffer)
-    continued = [resumed.step() for _ in range(3)]
-    for want, got in zip(expected[5:], continued, strict=True):
-        assert {k: v for k, v in want.items() if k not in TIMING} == {
-            k: v for k, v in got.items() if k not in TIMING
-        }
+    assert_same_stats(expected[5:], [resumed.step() for _ in range(3)])
     assert tree_equal(resumed.state.modules, straight.state.modules)
 
 
