@@ -142,9 +142,10 @@ class Trainer:
         self._progress_enabled = progress
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
-        if state is None:
-            state = self.learner.init(init_key)
-        self._state = self.learner.placement.put(state)
+        # learner.init places its state; a state given from elsewhere is placed here.
+        self._state = (
+            self.learner.init(init_key) if state is None else self.learner.placement.put(state)
+        )
         self.counters = TrainerCounters()
         self.history: list[dict[str, float]] = []
         self._stop_requested = False
