@@ -302,20 +302,11 @@ def test_lagged_collection_uses_the_params_of_lag_updates_ago(lag):
     log_rhos = [s["default_policy/mean_abs_log_rho"] for s in stats]
     if lag == 0:
         assert max(log_rhos) < 1e-5, log_rhos  # on-policy: mu = pi_old
+        assert len(trainer._behaviour_params) == 0  # and no params kept
     else:
         # The first update trains on the initial params' experience, as on-policy; then the
         # behaviour policy is older than the old policy and the ratios are not 1.
         assert log_rhos[0] < 1e-5 and min(log_rhos[1:]) > 1e-4, log_rhos
-
-
-def test_lag_zero_is_plain_on_policy_collection():
-    trainer = small_trainer(policy_lag=0)
-    used = recorded_behaviour(trainer)
-    for _ in range(3):
-        current = trainer.state.modules["default_policy"].params
-        trainer.step()
-        assert used[-1] is not None and tree_equal(used[-1], current)
-    assert len(trainer._behaviour_params) == 0  # nothing kept without a lag
 
 
 def test_resume_with_a_lag_continues_exactly(tmp_path):
