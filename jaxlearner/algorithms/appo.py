@@ -4,37 +4,36 @@ Espeholt et al. 2018 (IMPALA, V-trace), https://arxiv.org/abs/1802.01561; the
 clipped surrogate of Schulman et al. 2017, https://arxiv.org/abs/1707.06347.
 Field names and defaults follow RLlib's ``APPOConfig`` (new API stack):
 
-================================  ========  ================================================
-field                             default   meaning (RLlib's name where it differs)
-================================  ========  ================================================
-``lr``                            5e-4      Adam learning rate; constant or piecewise schedule
-``gamma``                         0.99      discount
-``lambda_``                       1.0       V-trace's trace coefficient (``c_s = lambda_ *
-                                            min(1, rho_s)``)
-``vtrace_clip_rho_threshold``     1.0       ``rho_bar``, the clip of ``rho`` in the targets
-``vtrace_clip_pg_rho_threshold``  1.0       the clip of ``rho`` in the pg advantages
-``clip_param``                    0.4       surrogate clip ``epsilon`` (schedulable)
-``vf_loss_coeff``                 0.5       weight of ``0.5 * (V - vs)^2``
-``entropy_coeff``                 0.01      entropy bonus (schedulable)
-``use_kl_loss``                   False     add ``kl_coeff * KL(old || new)``
-``kl_coeff``                      1.0       initial KL coefficient, adapted after each update
-``kl_target``                     0.01      x1.5 above 2x target, x0.5 below 0.5x target
-``tau``                           1.0       the old policy after each update:
-                                            ``old <- tau * params + (1 - tau) * old``
-``grad_clip``                     40.0      clip threshold (``grad_clip_by``: global_norm)
-``rollout_fragment_length``       50        ``L``: the length of the sequences trained on
-``train_batch_size``              500       env steps per training iteration
-``minibatch_size``                None      env steps per minibatch (a multiple of ``L``);
-                                            ``None``: the whole batch
+================================  ==========  ==============================================
+field                             default     meaning (RLlib's name where it differs)
+================================  ==========  ==============================================
+``lr``                            5e-4        Adam learning rate; constant or piecewise schedule
+``gamma``                         0.99        discount
+``lambda_``                       1.0         V-trace's trace coefficient (``c_s = lambda_ *
+                                              min(1, rho_s)``)
+``vtrace_clip_rho_threshold``     1.0         ``rho_bar``, the clip of ``rho`` in the targets
+``vtrace_clip_pg_rho_threshold``  1.0         the clip of ``rho`` in the pg advantages
+``clip_param``                    0.4         surrogate clip ``epsilon`` (schedulable)
+``vf_loss_coeff``                 0.5         weight of ``0.5 * (V - vs)^2``
+``entropy_coeff``                 0.01        entropy bonus (schedulable)
+``use_kl_loss``                   False       add ``kl_coeff * KL(old || new)``
+``kl_coeff``                      1.0         initial KL coefficient, adapted after each update
+``kl_target``                     0.01        x1.5 above 2x target, x0.5 below 0.5x target
+``tau``                           1.0         the old policy after each update:
+                                              ``old <- tau * params + (1 - tau) * old``
+``grad_clip``                     40.0        clip threshold (``grad_clip_by``: global_norm)
+``rollout_fragment_length``       50          ``L``: the length of the sequences trained on
+``train_batch_size``              500         env steps per training iteration
+``minibatch_size``                None        env steps per minibatch (a multiple of ``L``);
+                                              ``None``: the whole batch
 ``num_epochs``                    1
-``shuffle``                       True      shuffle the sequences each epoch
-``policy_lag``                    0         collect with the params of this many updates
-                                            ago (jaxlearner's; RLlib's lag is asynchrony)
-``vf_share_layers``               False     one encoder for policy and value
-``hidden_sizes``                  (256,     ``fcnet_hiddens``
-                                  256)
-``activation``                    "tanh"    ``fcnet_activation``
-================================  ========  ================================================
+``shuffle``                       True        shuffle the sequences each epoch
+``policy_lag``                    0           collect with the params of this many updates
+                                              ago (jaxlearner's; RLlib's lag is asynchrony)
+``vf_share_layers``               False       one encoder for policy and value
+``hidden_sizes``                  (256, 256)  ``fcnet_hiddens``
+``activation``                    "tanh"      ``fcnet_activation``
+================================  ==========  ==============================================
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
 of one environment each (rows ``[L, ...]``); minibatches take whole sequences, so
