@@ -28,6 +28,7 @@ from typing import Any
 
 import gymnasium
 
+from jaxlearner.algorithms import appo as _appo
 from jaxlearner.algorithms import dqn as _dqn
 from jaxlearner.algorithms import ppo as _ppo
 from jaxlearner.algorithms import sac as _sac
@@ -37,6 +38,7 @@ from jaxlearner.algorithms.algorithm import (
     OnPolicyAlgorithm,
     PrioritizedReplay,
 )
+from jaxlearner.algorithms.appo import APPOConfig, appo, appo_loss
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
@@ -49,7 +51,7 @@ from jaxlearner.core.registry import (
     register_recipe,
 )
 
-for _recipe in (_ppo.RECIPE, _dqn.RECIPE, _sac.RECIPE):
+for _recipe in (_ppo.RECIPE, _appo.RECIPE, _dqn.RECIPE, _sac.RECIPE):
     register_recipe(_recipe.name, _recipe, replace=True)
 
 
@@ -112,6 +114,7 @@ def algorithm_for(learner: Learner) -> Algorithm:
 
 
 __all__ = [
+    "APPOConfig",
     "Algorithm",
     "BuiltinAlgorithm",
     "DQNConfig",
@@ -121,6 +124,8 @@ __all__ = [
     "PrioritizedReplay",
     "SACConfig",
     "algorithm_for",
+    "appo",
+    "appo_loss",
     "build",
     "dqn",
     "dqn_loss",

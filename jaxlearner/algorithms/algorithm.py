@@ -102,6 +102,13 @@ class OnPolicyAlgorithm:
         the given number of environments: ``rollout_steps(num_envs)``.
       postprocess: ``(module_state, experience) -> batch`` of ``[T * N, ...]``
         rows (e.g. GAE advantages), pure.
+      policy_lag: collect each rollout with the module state of this many
+        updates ago (0: the current one), to train on stale experience as an
+        asynchronous learner would (APPO's V-trace corrects for it). The
+        :class:`~jaxlearner.Trainer` keeps the last ``policy_lag + 1`` states.
+
+    Raises:
+      ValueError: for a ``policy_lag`` that is not an int >= 0.
     """
 
     name: str
@@ -112,6 +119,12 @@ class OnPolicyAlgorithm:
     exploit: ActFn
     rollout_steps: Callable[[int], int]
     postprocess: PostprocessFn
+    policy_lag: int = 0
+
+    def __post_init__(self) -> None:
+        lag = self.policy_lag
+        if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+            raise ValueError(f"policy_lag must be an int >= 0; got {self.policy_lag!r}.")
 
     def with_learner(self, learner: Learner) -> OnPolicyAlgorithm:
         """The same algorithm around another learner of the same model (restored, re-placed)."""

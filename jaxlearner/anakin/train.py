@@ -442,6 +442,11 @@ def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) 
         )
     if not isinstance(config, AnakinConfig):
         raise TypeError(f"make_anakin needs an AnakinConfig; got {type(config).__name__}.")
+    if getattr(algorithm, "policy_lag", 0):
+        raise ValueError(
+            f"make_anakin collects with the current params; policy_lag={algorithm.policy_lag} "
+            "is the Trainer's (jl.Trainer). Use policy_lag=0 here."
+        )
     check_recipe_spaces(algorithm.learner.recipe, env.observation_space, env.action_space)
 
 

@@ -112,6 +112,24 @@ DEFAULTS: dict[str, Defaults] = {
         num_envs=4,
         eval_every=1000,
     ),
+    "appo": Defaults(
+        env="CartPole-v1",
+        config={
+            "lr": 1e-3,
+            "rollout_fragment_length": 32,
+            "train_batch_size": 512,
+            "minibatch_size": 128,
+            "num_epochs": 8,
+            "hidden_sizes": (64, 64),
+            "lambda_": 0.95,
+            "clip_param": 0.2,
+            "vf_loss_coeff": 1.0,
+        },
+        stop_reward=475.0,
+        max_steps=200_000,
+        num_envs=8,
+        eval_every=5120,
+    ),
 }
 
 

@@ -18,6 +18,7 @@ episode statistics into one flat dict, which is returned, kept in
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Literal, final
 import jax
 import numpy as np
 
-from jaxlearner.algorithms import Algorithm, algorithm_for, replay_buffer
+from jaxlearner.algorithms import Algorithm, OnPolicyAlgorithm, algorithm_for, replay_buffer
 from jaxlearner.algorithms.spaces import check_recipe_spaces
 from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
@@ -136,6 +137,9 @@ class Trainer:
         check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
         self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
         self._feed = make_feed(algorithm)
+        lag = algorithm.policy_lag if isinstance(algorithm, OnPolicyAlgorithm) else 0
+        # The params of the last lag + 1 iterations' starts; the oldest one collects.
+        self._behaviour_params: collections.deque[Any] = collections.deque(maxlen=lag + 1)
         self._eval_episodes = eval_episodes
         self._eval_runners: dict[str, EnvRunner] = {}
         self._writers = tuple(writers)
@@ -195,8 +199,19 @@ class Trainer:
         state = self.learner.placement.get(self._state)
         return state.modules[self._algorithm.module_id]
 
+    def _behaviour_module(self) -> ModuleState:
+        """The module to collect with: the current one with the params of ``policy_lag``
+        updates ago (fewer in the first iterations)."""
+        module = self._module_state()
+        if self._behaviour_params.maxlen == 1:
+            return module
+        # A copy, so that a learner donating its state cannot free the params kept here.
+        self._behaviour_params.append(jax.tree.map(jax.numpy.copy, module.params))
+        return module.replace(params=self._behaviour_params[0])
+
     def step(self) -> dict[str, float]:
-        """One iteration: collect experience, update, log.
+        """One iteration: collect experience (with the params of ``policy_lag`` updates ago,
+        for an on-policy algorithm that has one), update, log.
 
         Returns:
           A flat dict: ``iteration``, ``env_steps`` (lifetime), ``episodes``,
@@ -208,7 +223,7 @@ class Trainer:
         """
         start = time.perf_counter()
         self._key, sample_key, update_key = jax.random.split(self._key, 3)
-        module = self._module_state()
+        module = self._behaviour_module()
         rollout = self._runner.sample(
             self._algorithm.explore, module, self._rollout_steps, sample_key
         )
@@ -340,8 +355,8 @@ class Trainer:
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves everything needed to continue exactly: learner state, counters, env
-        state, the trainer's key, the replay buffer and :attr:`history` (which
-        stop conditions such as ``Plateau`` read).
+        state, the trainer's key, the replay buffer, the lagged behaviour params
+        and :attr:`history` (which stop conditions such as ``Plateau`` read).
 
         Args:
           checkpoint: the manager to save with.
@@ -359,6 +374,8 @@ class Trainer:
             metrics = self.history[-1] if self.history else {}
         feed_extra, feed_arrays = self._feed.save()
         arrays = {"key": jax.random.key_data(self._key), **feed_arrays}
+        if self._behaviour_params:
+            arrays["behaviour_params"] = list(self._behaviour_params)
         extra = {
             "trainer": dataclasses.asdict(self.counters),
             # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
@@ -399,6 +416,8 @@ class Trainer:
         self._runner.set_state(extra["runner"])
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
         self._feed.restore(extra, arrays)
+        self._behaviour_params.clear()
+        self._behaviour_params.extend(arrays.get("behaviour_params", []))
 
     def _record(self, stats: dict[str, float]) -> None:
         self.history.append(stats)

@@ -1,0 +1,484 @@
+"""APPO (IMPALA with PPO's clipped surrogate), with RLlib's semantics and V-trace targets.
+
+Espeholt et al. 2018 (IMPALA, V-trace), https://arxiv.org/abs/1802.01561; the
+clipped surrogate of Schulman et al. 2017, https://arxiv.org/abs/1707.06347.
+Field names and defaults follow RLlib's ``APPOConfig`` (new API stack):
+
+================================  ==========  ==============================================
+field                             default     meaning (RLlib's name where it differs)
+================================  ==========  ==============================================
+``lr``                            5e-4        Adam learning rate; constant or piecewise schedule
+``gamma``                         0.99        discount
+``lambda_``                       1.0         V-trace's trace coefficient (``c_s = lambda_ *
+                                              min(1, rho_s)``)
+``vtrace_clip_rho_threshold``     1.0         ``rho_bar``, the clip of ``rho`` in the targets
+``vtrace_clip_pg_rho_threshold``  1.0         the clip of ``rho`` in the pg advantages
+``clip_param``                    0.4         surrogate clip ``epsilon`` (schedulable)
+``vf_loss_coeff``                 0.5         weight of ``0.5 * (V - vs)^2``
+``entropy_coeff``                 0.01        entropy bonus (schedulable)
+``use_kl_loss``                   False       add ``kl_coeff * KL(old || new)``
+``kl_coeff``                      1.0         initial KL coefficient, adapted after each update
+``kl_target``                     0.01        x1.5 above 2x target, x0.5 below 0.5x target
+``tau``                           1.0         the old policy after each update:
+                                              ``old <- tau * params + (1 - tau) * old``
+``grad_clip``                     40.0        clip threshold (``grad_clip_by``: global_norm)
+``rollout_fragment_length``       50          ``L``: the length of the sequences trained on
+``train_batch_size``              500         env steps per training iteration
+``minibatch_size``                None        env steps per minibatch (a multiple of ``L``);
+                                              ``None``: the whole batch
+``num_epochs``                    1
+``shuffle``                       True        shuffle the sequences each epoch
+``policy_lag``                    0           collect with the params of this many updates
+                                              ago (jaxlearner's; RLlib's lag is asynchrony)
+``vf_share_layers``               False       one encoder for policy and value
+``hidden_sizes``                  (256, 256)  ``fcnet_hiddens``
+``activation``                    "tanh"      ``fcnet_activation``
+================================  ==========  ==============================================
+
+A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
+of one environment each (rows ``[L, ...]``); minibatches take whole sequences, so
+the loss can run :func:`~jaxlearner.algorithms.returns.vtrace` backwards in time
+over each. Inside the loss, from the current params: the values of every
+observation and next observation; from the *old* policy ``pi_old`` (the module's
+``extra["old_params"]``, the params at the start of this update with ``tau = 1``,
+RLlib's target network): the importance ratios ``rho = pi_old(a|x) / mu(a|x)``
+against the behaviour policy ``mu`` whose log-probabilities the rollout carries.
+V-trace gives the value targets ``vs`` and advantages ``A``, then::
+
+    r = pi(a|x) / pi_old(a|x)
+    total = mean(-min(r * A, clip(r, 1 - clip_param, 1 + clip_param) * A)
+                 + vf_loss_coeff * 0.5 * (V - vs)^2 - entropy_coeff * entropy)
+            [+ kl_coeff * mean(KL(pi_old || pi))]
+
+At ``r = 1`` (the first gradient step of an update) the gradient is IMPALA's,
+``min(1, rho) * (q - V) * grad log pi``. RLlib additionally multiplies ``r`` by
+``clip(rho, 0, 2)``, applying the importance weight a second time; here it
+enters once, through V-trace's advantages. ``policy_lag`` makes
+:class:`~jaxlearner.Trainer` collect with stale params, so ``mu != pi_old`` is
+exercised without asynchronous workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.config import (
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_schedule,
+    freeze_schedule,
+)
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.returns import vtrace
+from jaxlearner.algorithms.spaces import bounds, zero_observation
+from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
+from jaxlearner.core.context import LossContext
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.schedules import ScheduleLike
+from jaxlearner.core.state import ModuleState
+from jaxlearner.types import Batch, Model, Params
+
+MODULE_ID = "default_policy"
+OLD_PARAMS = "old_params"
+"""The ``extra`` entry holding the old policy's params (RLlib's target network)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class APPOConfig:
+    """APPO's configuration; see the module docstring for each field and RLlib's default.
+
+    Raises:
+      ValueError: for values out of range, with the value received; for a
+        ``train_batch_size`` or ``minibatch_size`` that is not a multiple of
+        ``rollout_fragment_length``.
+
+    Example:
+      >>> APPOConfig(rollout_fragment_length=32, train_batch_size=512, policy_lag=1)
+      ... # doctest: +ELLIPSIS
+      APPOConfig(lr=0.0005, ...)
+    """
+
+    lr: ScheduleLike = 5e-4
+    gamma: float = 0.99
+    lambda_: float = 1.0
+    vtrace_clip_rho_threshold: float = 1.0
+    vtrace_clip_pg_rho_threshold: float = 1.0
+    clip_param: ScheduleLike = 0.4
+    vf_loss_coeff: float = 0.5
+    entropy_coeff: ScheduleLike = 0.01
+    use_kl_loss: bool = False
+    kl_coeff: float = 1.0
+    kl_target: float = 0.01
+    tau: float = 1.0
+    grad_clip: float | None = 40.0
+    grad_clip_by: str = "global_norm"
+    rollout_fragment_length: int = 50
+    train_batch_size: int = 500
+    minibatch_size: int | None = None
+    num_epochs: int = 1
+    shuffle: bool = True
+    policy_lag: int = 0
+    vf_share_layers: bool = False
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_fraction("APPOConfig", gamma=self.gamma, lambda_=self.lambda_, tau=self.tau)
+        check_schedule(
+            "APPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
+        )
+        check_positive(
+            "APPOConfig",
+            vtrace_clip_rho_threshold=self.vtrace_clip_rho_threshold,
+            vtrace_clip_pg_rho_threshold=self.vtrace_clip_pg_rho_threshold,
+            kl_target=self.kl_target,
+        )
+        check_positive_int(
+            "APPOConfig",
+            rollout_fragment_length=self.rollout_fragment_length,
+            train_batch_size=self.train_batch_size,
+            num_epochs=self.num_epochs,
+        )
+        if self.minibatch_size is not None:
+            check_positive_int("APPOConfig", minibatch_size=self.minibatch_size)
+        lag = self.policy_lag
+        if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+            raise ValueError(f"APPOConfig.policy_lag must be an int >= 0; got {self.policy_lag!r}.")
+        length = self.rollout_fragment_length
+        for name in ("train_batch_size", "minibatch_size"):
+            value = getattr(self, name)
+            if value is not None and value % length:
+                raise ValueError(
+                    f"APPOConfig.{name} ({value}) must be a multiple of rollout_fragment_length "
+                    f"({length}): batches are whole sequences of {length} steps."
+                )
+        if self.minibatch_size is not None and self.minibatch_size > self.train_batch_size:
+            raise ValueError(
+                f"APPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
+                f"({self.train_batch_size})."
+            )
+        if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
+            raise ValueError(
+                f"APPOConfig.kl_coeff and vf_loss_coeff must be >= 0; got {self.kl_coeff!r} "
+                f"and {self.vf_loss_coeff!r}."
+            )
+        if self.grad_clip_by not in CLIP_MODES:
+            raise ValueError(
+                f"APPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
+            )
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for name in ("lr", "clip_param", "entropy_coeff"):
+            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+
+
+def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+    """APPO's loss for a policy with ``distribution``; ``loss(params, batch, ctx)``.
+
+    The batch holds ``[B, L]`` sequences (one environment's consecutive steps
+    per row): ``obs`` and ``next_obs`` ``[B, L, ...]``, ``actions``, ``logp``
+    (the behaviour policy's log-probabilities), ``rewards``, ``terminated``,
+    ``truncated`` (0/1 floats) and ``mask`` (1 for steps to train on).
+    ``ctx.apply(params, obs [M, ...])`` returns ``(dist_inputs [M, D], values
+    [M])``; the old policy's params are ``ctx.extra["old_params"]``.
+    Coefficients come from ``ctx.hyperparams`` (``gamma``, ``lambda_``,
+    ``vtrace_clip_rho_threshold``, ``vtrace_clip_pg_rho_threshold``,
+    ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``) and the KL coefficient
+    from ``ctx.extra["kl_coeff"]``. V-trace runs over each row's ``L`` steps; the
+    last step of a row bootstraps on the value of its next observation.
+
+    Returns:
+      A loss returning ``(total, metrics)`` with ``policy_loss``, ``vf_loss``,
+      ``entropy``, ``mean_kl`` (old to new), ``clip_fraction``,
+      ``vf_explained_var``, ``mean_rho`` and ``mean_abs_log_rho`` (of
+      ``pi_old / mu``: 1 and 0 on-policy).
+
+    Example:
+      >>> loss = appo_loss(DistributionSpec("categorical", (2,)), use_kl_loss=False)
+      >>> total, metrics = loss(params, batch, ctx)                  # doctest: +SKIP
+    """
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        mask = batch["mask"]
+        rows, length = mask.shape
+        flat = lambda x: x.reshape(rows * length, *x.shape[2:])
+        # One forward pass over the observations and next observations together.
+        dist_inputs, values = ctx.apply(
+            params, jnp.concatenate([flat(batch["obs"]), flat(batch["next_obs"])])
+        )
+        steps = rows * length
+        values, next_values = values[:steps].reshape(mask.shape), values[steps:]
+        policy = make_distribution(distribution, dist_inputs[:steps])
+        old_inputs = jax.lax.stop_gradient(ctx.apply(ctx.extra[OLD_PARAMS], flat(batch["obs"]))[0])
+        old = make_distribution(distribution, old_inputs)
+        actions = flat(batch["actions"])
+        logp = policy.log_prob(actions).reshape(mask.shape)
+        old_logp = old.log_prob(actions).reshape(mask.shape)
+        hp = ctx.hyperparams
+        log_rhos = old_logp - batch["logp"]
+        time_major = lambda x: jnp.swapaxes(x, 0, 1)
+        targets = vtrace(
+            time_major(values),
+            time_major(next_values.reshape(mask.shape)),
+            time_major(batch["rewards"]),
+            time_major(hp["gamma"] * (1.0 - batch["terminated"])),
+            time_major(log_rhos),
+            time_major(batch["truncated"]),
+            lambda_=hp["lambda_"],
+            clip_rho_threshold=hp["vtrace_clip_rho_threshold"],
+            clip_pg_rho_threshold=hp["vtrace_clip_pg_rho_threshold"],
+        )
+        vs, advantages = time_major(targets.vs), time_major(targets.pg_advantages)
+        count = jnp.maximum(mask.sum(), 1.0)
+        mean = lambda x: (x * mask).sum() / count
+        ratio = jnp.exp(logp - old_logp)
+        clip = hp["clip_param"]
+        surrogate = jnp.minimum(
+            ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
+        )
+        vf_loss = 0.5 * (values - vs) ** 2
+        entropy = policy.entropy().reshape(mask.shape)
+        kl = old.kl(policy).reshape(mask.shape)
+        total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
+        if use_kl_loss:
+            total = total + ctx.extra["kl_coeff"] * mean(kl)
+        target_var = mean((vs - mean(vs)) ** 2)
+        explained = 1.0 - mean((vs - values) ** 2) / jnp.maximum(target_var, 1e-8)
+        return total, {
+            "policy_loss": -mean(surrogate),
+            "vf_loss": mean(vf_loss),
+            "entropy": mean(entropy),
+            "mean_kl": mean(kl),
+            "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
+            "vf_explained_var": explained,
+            "mean_rho": mean(jnp.exp(log_rhos)),
+            "mean_abs_log_rho": mean(jnp.abs(log_rhos)),
+        }
+
+    return loss
+
+
+def make_learner(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: APPOConfig,
+) -> Learner:
+    """APPO's learner: one actor-critic module trained on whole sequences.
+
+    Use :func:`appo` (or ``RECIPE.learner``), which also makes the typed config.
+    """
+    model = actor_critic(
+        observation_space,
+        action_space,
+        config.hidden_sizes,
+        config.activation,
+        share_encoder=config.vf_share_layers,
+        log_std_init=config.log_std_init,
+    )
+    distribution = distribution_for(action_space)
+    length = config.rollout_fragment_length
+    return Learner(
+        {MODULE_ID: _module_spec(model, distribution, config)},
+        minibatch_size=None if config.minibatch_size is None else config.minibatch_size // length,
+        num_epochs=config.num_epochs,
+        shuffle=config.shuffle,
+        batch_layout={MODULE_ID: _batch_layout(observation_space, distribution, length)},
+        recipe=recipe_json("appo", observation_space, action_space, config),
+    )
+
+
+def _module_spec(model: Model, distribution: DistributionSpec, config: APPOConfig) -> ModuleSpec:
+    """The module: APPO's loss, Adam, the coefficients, the old policy and the KL coefficient."""
+    optimizer = Optimizer(
+        optax.adam,
+        learning_rate=config.lr,
+        grad_clip=config.grad_clip,
+        grad_clip_by=config.grad_clip_by,
+    )
+    return ModuleSpec(
+        model,
+        appo_loss(distribution, config.use_kl_loss),
+        optimizer,
+        hyperparams={
+            "gamma": config.gamma,
+            "lambda_": config.lambda_,
+            "vtrace_clip_rho_threshold": config.vtrace_clip_rho_threshold,
+            "vtrace_clip_pg_rho_threshold": config.vtrace_clip_pg_rho_threshold,
+            "clip_param": config.clip_param,
+            "vf_loss_coeff": config.vf_loss_coeff,
+            "entropy_coeff": config.entropy_coeff,
+        },
+        additional_updates=[
+            polyak_update(config.tau, target=OLD_PARAMS, after="update"),
+            adaptive_kl_coeff(config.kl_coeff, config.kl_target),
+        ],
+        init_input=lambda batch: batch["obs"][:, 0],
+        metric_reductions={"mean_kl": "mean"},
+    )
+
+
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: APPOConfig
+) -> OnPolicyAlgorithm:
+    """APPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
+
+    They apply the learner's own model (``learner.specs["default_policy"].model``);
+    nothing is built but these functions.
+    """
+    model = learner.specs[MODULE_ID].model
+    act = _act(model, distribution_for(action_space), bounds(action_space))
+    return OnPolicyAlgorithm(
+        name="appo",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=lambda module, obs, key: act(module, obs, key, False),
+        exploit=lambda module, obs, key: act(module, obs, key, True),
+        rollout_steps=functools.partial(_rollout_steps, config),
+        postprocess=_postprocess(config.rollout_fragment_length),
+        policy_lag=config.policy_lag,
+    )
+
+
+def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+    """``act(module, obs, key, deterministic)``: sample (or the mode), clipped to a ``Box``;
+    extras ``actions`` (unclipped) and ``logp``, the behaviour policy's."""
+
+    def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
+        dist_inputs, _ = model.apply(module.params, obs)
+        policy = make_distribution(distribution, dist_inputs)
+        actions = policy.mode() if deterministic else policy.sample(key)
+        env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
+        return env_actions, {"actions": actions, "logp": policy.log_prob(actions)}
+
+    return act
+
+
+def _postprocess(length: int) -> PostprocessFn:
+    """Cuts a ``[T, N]`` rollout into ``T / length * N`` rows of ``length`` steps of one env.
+
+    Row ``k * N + n`` holds env ``n``'s steps ``k * length`` to ``(k + 1) * length - 1``.
+    Nothing depends on the module: targets are the loss's, from the current params.
+    """
+
+    def postprocess(module: ModuleState, experience: Experience) -> Batch:
+        del module
+        batch = {
+            "obs": experience["obs"],
+            "next_obs": experience["next_obs"],
+            "actions": experience["actions"],
+            "logp": experience["logp"],
+            "rewards": experience["rewards"].astype(jnp.float32),
+            "terminated": experience["terminated"].astype(jnp.float32),
+            "truncated": experience["truncated"].astype(jnp.float32),
+            "mask": experience["valid"].astype(jnp.float32),
+        }
+        return jax.tree.map(functools.partial(_sequences, length), batch)
+
+    return postprocess
+
+
+def _sequences(length: int, x: jax.Array) -> jax.Array:
+    """``[T, N, ...] -> [T / length * N, length, ...]``, each row one env's consecutive steps."""
+    steps, envs = x.shape[:2]
+    x = x.reshape(steps // length, length, envs, *x.shape[2:])
+    return jnp.swapaxes(x, 1, 2).reshape(steps // length * envs, length, *x.shape[3:])
+
+
+def _rollout_steps(config: APPOConfig, num_envs: int) -> int:
+    steps, length = divmod(config.train_batch_size, num_envs)
+    if length or steps % config.rollout_fragment_length:
+        raise ValueError(
+            f"APPO's train_batch_size {config.train_batch_size} must be num_envs ({num_envs}) "
+            f"times a multiple of rollout_fragment_length ({config.rollout_fragment_length}): "
+            "each environment's rollout is cut into whole sequences."
+        )
+    return steps
+
+
+RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)
+"""APPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+
+
+def build(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: APPOConfig | dict[str, Any] | None = None,
+) -> OnPolicyAlgorithm:
+    """APPO's :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (learner, act and postprocess).
+
+    Args:
+      observation_space: one environment's observation space.
+      action_space: one environment's action space (``Discrete``,
+        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
+      config: an :class:`APPOConfig`, a dict of its fields, or ``None``.
+
+    Raises:
+      ValueError: on unknown config fields (valid names listed) or invalid values.
+      TypeError: on unsupported spaces.
+
+    Example:
+      >>> algorithm = jl.algorithms.build(
+      ...     "appo", env.observation_space, env.action_space)  # doctest: +SKIP
+    """
+    return RECIPE.build(observation_space, action_space, config)
+
+
+def appo(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: APPOConfig | dict[str, Any] | None = None,
+) -> Learner:
+    """An APPO :class:`~jaxlearner.Learner` for the two spaces.
+
+    The learner has one module, ``"default_policy"``, and knows its batch
+    layout (rows of ``rollout_fragment_length`` steps), so
+    ``learner.init(key)`` needs no sample batch.
+
+    Example:
+      >>> import gymnasium as gym, jax, jaxlearner as jl
+      >>> env = gym.make("CartPole-v1")
+      >>> learner = jl.algorithms.appo(env.observation_space, env.action_space,
+      ...                              {"rollout_fragment_length": 32, "train_batch_size": 256})
+      >>> state = learner.init(jax.random.key(0))
+    """
+    return RECIPE.learner(observation_space, action_space, config)
+
+
+def _batch_layout(
+    observation_space: gymnasium.Space, distribution: DistributionSpec, length: int
+) -> dict:
+    obs = zero_observation(observation_space)
+    actions = np.zeros(
+        distribution.action_shape, np.int32 if distribution.is_discrete else np.float32
+    )
+    step = np.zeros((length,), np.float32)
+    sequence = lambda x: np.zeros((length, *x.shape), x.dtype)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        {
+            "obs": sequence(obs),
+            "next_obs": sequence(obs),
+            "actions": sequence(actions),
+            "logp": step,
+            "rewards": step,
+            "terminated": step,
+            "truncated": step,
+            "mask": step,
+        },
+    )
