@@ -88,9 +88,7 @@ def multi_agent_ppo(
     modules = {}
     layouts = {}
     for policy_id, (observation_space, action_space) in policies.items():
-        modules[policy_id], layouts[policy_id] = ppo_module(
-            observation_space, action_space, config
-        )
+        modules[policy_id], layouts[policy_id] = ppo_module(observation_space, action_space, config)
     return Learner(
         modules,
         minibatch_size=config.minibatch_size,
@@ -215,7 +213,11 @@ def _check_policies_to_train(
     if policies_to_train is None:
         return None
     if isinstance(policies_to_train, str) or not isinstance(policies_to_train, Collection):
-        hint = f" (did you mean {{{policies_to_train!r}}}?)" if isinstance(policies_to_train, str) else ""
+        hint = (
+            f" (did you mean {{{policies_to_train!r}}}?)"
+            if isinstance(policies_to_train, str)
+            else ""
+        )
         raise TypeError(
             f"policies_to_train must be None or a collection of policy ids; got "
             f"{policies_to_train!r}{hint}."

@@ -224,9 +224,7 @@ def ppo_module(
         log_std_init=config.log_std_init,
     )
     distribution = distribution_for(action_space)
-    return _module_spec(model, distribution, config), _batch_layout(
-        observation_space, distribution
-    )
+    return _module_spec(model, distribution, config), _batch_layout(observation_space, distribution)
 
 
 def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig) -> ModuleSpec:

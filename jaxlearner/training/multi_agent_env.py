@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import gymnasium
 import numpy as np
@@ -57,13 +57,16 @@ class GridSpread(ParallelEnv):
     An agent observes, scaled by ``1 / (size - 1)``: its position, each
     landmark's position relative to it, and each other agent's relative
     position (``4 n`` floats, the same layout for every agent, so agents can
-    share a policy).
+    share a policy); with ``agent_indicator``, followed by a one-hot of its
+    index (``5 n`` floats), which lets a shared policy tell the agents apart
+    and so break their symmetry (PettingZoo's SuperSuit ``agent_indicator``).
 
     Args:
       n_agents: agents and landmarks, ``>= 1``.
       size: the grid's side, ``>= 2``.
       max_cycles: steps per episode.
       collision_penalty: subtracted from an agent's reward per step it shares a cell.
+      agent_indicator: append the agent's one-hot index to its observation.
       render_mode: ``None`` or ``"ansi"``.
 
     Example:
@@ -72,7 +75,11 @@ class GridSpread(ParallelEnv):
       ['agent_0', 'agent_1', 'agent_2']
     """
 
-    metadata = {"name": "grid_spread_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "grid_spread_v0",
+        "render_modes": ["ansi"],
+        "is_parallelizable": True,
+    }
 
     def __init__(
         self,
@@ -80,6 +87,7 @@ class GridSpread(ParallelEnv):
         size: int = 5,
         max_cycles: int = 25,
         collision_penalty: float = 0.5,
+        agent_indicator: bool = False,
         render_mode: str | None = None,
     ) -> None:
         for name, value, low in (("n_agents", n_agents, 1), ("size", size, 2)):
@@ -97,10 +105,12 @@ class GridSpread(ParallelEnv):
         self.size = size
         self.max_cycles = max_cycles
         self.collision_penalty = float(collision_penalty)
+        self.agent_indicator = bool(agent_indicator)
         self.render_mode = render_mode
         self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
         self.agents: list[str] = []
-        self._observation_space = gymnasium.spaces.Box(-1.0, 1.0, (4 * n_agents,), np.float32)
+        features = (5 if agent_indicator else 4) * n_agents
+        self._observation_space = gymnasium.spaces.Box(-1.0, 1.0, (features,), np.float32)
         self._action_space = gymnasium.spaces.Discrete(len(MOVES))
         self._rng = np.random.default_rng()
         self._positions = np.zeros((n_agents, 2), np.int64)
@@ -108,7 +118,7 @@ class GridSpread(ParallelEnv):
         self._steps = 0
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        """Every agent's: ``Box(-1, 1, (4 n,), float32)``."""
+        """Every agent's: ``Box(-1, 1, (4 n,), float32)`` (``5 n`` with ``agent_indicator``)."""
         return self._observation_space
 
     def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
@@ -175,8 +185,10 @@ class GridSpread(ParallelEnv):
         for i, agent in enumerate(self.possible_agents):
             own = self._positions[i]
             others = np.delete(self._positions, i, axis=0) - own
-            parts = [own, (self._landmarks - own).ravel(), others.ravel()]
-            observations[agent] = (np.concatenate(parts) * scale).astype(np.float32)
+            parts = [own * scale, (self._landmarks - own).ravel() * scale, others.ravel() * scale]
+            if self.agent_indicator:
+                parts.append(np.eye(len(self.possible_agents))[i])
+            observations[agent] = np.concatenate(parts).astype(np.float32)
         return observations
 
     def render(self) -> str | None:
