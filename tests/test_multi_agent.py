@@ -475,3 +475,17 @@ def test_a_shared_policy_learns_to_cover_the_landmarks():
     print(f"random {baseline:.2f}, shared-policy PPO {learned:.2f}")
     assert baseline < -25.0
     assert learned > baseline + 8.0
+
+
+def test_readme_block_runs(tmp_path):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"<!-- multi-agent.*?-->\s*```python\n(.*?)```", readme, re.S).group(1)
+    block = block.replace("/tmp/jaxlearner-spread", str(tmp_path))
+    namespace = {}
+    exec(compile(block, "README multi-agent", "exec"), namespace)
+    trainer = namespace["trainer"]
+    assert "blue/total_loss" in namespace["stats"] and "red/total_loss" not in namespace["stats"]
+    assert tree_equal(trainer.state.modules["red"].params, trainer.state.modules["blue"].params)
