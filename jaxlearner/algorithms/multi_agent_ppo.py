@@ -125,6 +125,10 @@ def policies_of(learner: Learner) -> dict[str, tuple[gymnasium.Space, gymnasium.
 
     Raises:
       ValueError: when ``learner`` was not made by :func:`multi_agent_ppo`.
+
+    Example:
+      >>> policies_of(learner)["blue"]                                   # doctest: +SKIP
+      (Box(-1.0, 1.0, (4,), float32), Discrete(3))
     """
     return _parse(learner.recipe)[0]
 
@@ -135,6 +139,9 @@ def with_policies_to_train(learner: Learner, policies_to_train: Collection[str])
     Raises:
       ValueError: for an unknown policy id (the valid ones are listed), or a
         learner not made by :func:`multi_agent_ppo`.
+
+    Example:
+      >>> learner = with_policies_to_train(learner, {"red"})            # doctest: +SKIP
     """
     policies, config = _parse(learner.recipe)
     trained = _check_policies_to_train(policies_to_train, tuple(policies))

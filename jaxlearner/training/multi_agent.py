@@ -12,7 +12,9 @@ policies of their own learn independently. Each iteration
 2. postprocesses each trained policy's ``[T, N * k]`` experience (GAE along
    each agent's stream), all policies in one jitted call;
 3. calls one ``learner.update(state, {policy_id: batch, ...})``; the
-   policies not in ``policies_to_train`` act but are not updated.
+   policies not in ``policies_to_train`` act but are not updated. Each
+   policy's env-step counters (and ``env_steps`` schedules) count the steps
+   of its live agents, RLlib's agent steps.
 
 Everything that can be wrong with the mapping (an agent the env does not
 have, a policy the learner does not have, agents of one policy with
@@ -556,17 +558,13 @@ class MultiAgentTrainer:
             )
         saved_learner = learner_from_recipe(metadata["recipe"])
         saved = checkpoint.restore(saved_learner, metadata["step"]).modules[policy_id]
-        current = self._learner.placement.get(self._state).modules[into]
-        shapes = jax.tree.map(lambda x: (np.shape(x), jax.numpy.result_type(x)), (saved,))
-        expected = jax.tree.map(lambda x: (np.shape(x), jax.numpy.result_type(x)), (current,))
-        if jax.tree.structure(saved) != jax.tree.structure(current) or shapes != expected:
+        state = self._learner.placement.get(self._state)
+        if _signature(saved) != _signature(state.modules[into]):
             raise ValueError(
                 f"The saved policy {policy_id!r} does not fit policy {into!r} of this learner: "
-                "their models or optimizers differ (structure, shapes or dtypes)."
+                "their models or optimizers differ (tree structure, shapes or dtypes)."
             )
-        modules = dict(self._learner.placement.get(self._state).modules)
-        modules[into] = saved
-        state = self._learner.placement.get(self._state).replace(modules=modules)
+        state = state.replace(modules={**state.modules, into: saved})
         self._state = self._learner.placement.put(state)
 
     def _record(self, stats: dict[str, float]) -> None:
@@ -581,6 +579,12 @@ class MultiAgentTrainer:
             runner.close()
         for writer in self._writers:
             writer.close()
+
+
+def _signature(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:
+    """A pytree's structure and its leaves' shapes and dtypes."""
+    leaves, structure = jax.tree.flatten(tree)
+    return structure, [(np.shape(leaf), getattr(leaf, "dtype", None)) for leaf in leaves]
 
 
 def _check_spaces(env: Any, groups: Mapping[str, list[str]], policies: Mapping[str, Any]) -> None:

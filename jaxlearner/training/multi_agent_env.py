@@ -252,6 +252,9 @@ def check_parallel_env(env: object) -> None:
       TypeError: for anything else than a ``ParallelEnv``, or spaces that are
         not gymnasium spaces.
       ValueError: for no (or repeated) ``possible_agents``.
+
+    Example:
+      >>> check_parallel_env(GridSpread())
     """
     if not isinstance(env, ParallelEnv):
         raise TypeError(
