@@ -32,7 +32,7 @@ Example:
   >>> trainer = MultiAgentTrainer(learner, GridSpread, mapping, num_envs=2)
   >>> stats = trainer.step()
   >>> sorted(k for k in stats if k.endswith("/total_loss"))
-  ['blue/total_loss', 'red/total_loss']
+  ['__all__/total_loss', 'blue/total_loss', 'red/total_loss']
 """
 
 from __future__ import annotations
