@@ -375,6 +375,24 @@ def test_steps_after_the_first_compile_nothing(caplog):
     assert compiled == []
 
 
+def test_a_pettingzoo_classic_env_with_discrete_observations_trains():
+    from pettingzoo.classic import rps_v2
+
+    # Rock-paper-scissors, zero-sum: 15-step episodes, Discrete(4) observations (the other's
+    # last move) and Discrete(3) actions.
+    mapping = {"player_0": "a", "player_1": "b"}
+    config = {"train_batch_size": 30, "minibatch_size": 30, "num_epochs": 1, "hidden_sizes": (8,)}
+    learner = multi_agent_ppo(policy_spaces(rps_v2.parallel_env, mapping), config)
+    trainer = MultiAgentTrainer(learner, rps_v2.parallel_env, mapping, num_envs=2)
+    stats = trainer.step()
+    assert stats["num_episodes"] == 2 and stats["episode_len_mean"] == 15
+    assert stats["episode_return_mean"] == 0.0  # the two players' returns cancel
+    assert (
+        stats["agent_episode_return_mean/player_0"] == -stats["agent_episode_return_mean/player_1"]
+    )
+    assert np.isfinite(stats["a/total_loss"]) and np.isfinite(stats["b/total_loss"])
+
+
 # Checkpoints
 
 
