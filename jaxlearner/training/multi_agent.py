@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, TypeAlias, final
+from typing import Any, final
 
 import jax
 import numpy as np
@@ -58,155 +58,23 @@ from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training.loggers import Writer, flatten_metrics
 from jaxlearner.training.multi_agent_env import ParallelEnvFactory, make_parallel_envs
-from jaxlearner.training.multi_agent_runner import (
-    MultiAgentEnvRunner,
-    MultiAgentPolicy,
-    MultiAgentRollout,
+from jaxlearner.training.multi_agent_runner import MultiAgentEnvRunner, MultiAgentPolicy
+from jaxlearner.training.multi_agent_stats import MultiAgentCounters, episode_stats
+from jaxlearner.training.policy_mapping import (
+    PolicyMapping,
+    agent_groups,
+    check_agent_spaces,
+    policy_spaces,
 )
 from jaxlearner.training.stop_conditions import AnyOf, StopCondition
 
-PolicyMapping: TypeAlias = Callable[[str], str] | Mapping[str, str]
-"""``policy_mapping_fn(agent_id) -> policy_id``, or a dict ``{agent_id: policy_id}``."""
-
-RECENT_EPISODES = 100
-"""Episodes in the moving window of the episode statistics (RLlib's default)."""
-
-
-def agent_groups(
-    possible_agents: Sequence[str],
-    policy_mapping: PolicyMapping,
-    policy_ids: Collection[str] | None = None,
-) -> dict[str, list[str]]:
-    """``{policy_id: [agent_id, ...]}``: the agents each policy acts for, checked.
-
-    Args:
-      possible_agents: the env's agents.
-      policy_mapping: a function ``agent_id -> policy_id`` or a dict.
-      policy_ids: the valid policy ids (the learner's modules), or ``None``
-        to accept any string.
-
-    Returns:
-      The groups, in the order of the policies' first agents; agents in
-      ``possible_agents`` order.
-
-    Raises:
-      KeyError: when a dict names agents the env does not have, or leaves out
-        some of its agents (both listed with the env's agents).
-      ValueError: when the mapping gives a policy id that is not one of
-        ``policy_ids`` (the valid ones are listed), or not a string, or the
-        function raises for an agent.
-      TypeError: when the mapping is neither callable nor a dict.
-
-    Example:
-      >>> agent_groups(["a", "b", "c"], lambda agent: "shared")
-      {'shared': ['a', 'b', 'c']}
-    """
-    agents = list(possible_agents)
-    if isinstance(policy_mapping, Mapping):
-        unknown = [agent for agent in policy_mapping if agent not in agents]
-        missing = [agent for agent in agents if agent not in policy_mapping]
-        if unknown or missing:
-            raise KeyError(
-                f"The policy mapping names unknown agent id(s) {unknown} and leaves out "
-                f"{missing}; the env's agents are {agents}."
-            )
-        mapping_fn = policy_mapping.__getitem__
-    elif callable(policy_mapping):
-        mapping_fn = policy_mapping
-    else:
-        raise TypeError(
-            "policy_mapping_fn must be a function agent_id -> policy_id or a dict; got "
-            f"{type(policy_mapping).__name__}."
-        )
-    groups: dict[str, list[str]] = {}
-    for agent in agents:
-        try:
-            policy_id = mapping_fn(agent)
-        except Exception as error:
-            raise ValueError(
-                f"policy_mapping_fn raised {type(error).__name__}: {error} for agent {agent!r}; "
-                f"it must map every one of the env's agents {agents}."
-            ) from error
-        if not isinstance(policy_id, str) or (
-            policy_ids is not None and policy_id not in policy_ids
-        ):
-            valid = "any string" if policy_ids is None else f"one of {list(policy_ids)}"
-            raise ValueError(
-                f"policy_mapping_fn maps agent {agent!r} to {policy_id!r}, which is not a "
-                f"policy of the learner; valid policy ids: {valid}."
-            )
-        groups.setdefault(policy_id, []).append(agent)
-    return groups
-
-
-def policy_spaces(
-    env: ParallelEnvFactory,
-    policy_mapping: PolicyMapping,
-    env_config: Mapping[str, Any] | None = None,
-) -> dict[str, tuple[Any, Any]]:
-    """``{policy_id: (observation_space, action_space)}`` for a mapping of an env's agents.
-
-    The argument :func:`~jaxlearner.algorithms.multi_agent_ppo` takes.
-
-    Raises:
-      ValueError: when agents mapped to one policy have different spaces, or
-        as :func:`agent_groups`.
-
-    Example:
-      >>> policy_spaces(GridSpread, lambda agent: "shared")   # doctest: +SKIP
-      {'shared': (Box(-1.0, 1.0, (8,), float32), Discrete(5))}
-    """
-    probe = make_parallel_envs(env, 1, env_config)[0]
-    try:
-        groups = agent_groups(probe.possible_agents, policy_mapping)
-        spaces = {}
-        for policy_id, agents in groups.items():
-            first = (probe.observation_space(agents[0]), probe.action_space(agents[0]))
-            for agent in agents[1:]:
-                other = (probe.observation_space(agent), probe.action_space(agent))
-                if other != first:
-                    raise ValueError(
-                        f"Agents {agents[0]!r} and {agent!r} share policy {policy_id!r} but "
-                        f"have different spaces: {first} and {other}."
-                    )
-            spaces[policy_id] = first
-        return spaces
-    finally:
-        probe.close()
-
-
-@dataclasses.dataclass
-class MultiAgentCounters:
-    """The trainer's progress, saved with checkpoints (JSON).
-
-    Attributes:
-      iteration: training iterations done.
-      env_steps: env steps collected (every copy's steps).
-      agent_steps: ``{policy_id: steps of its live agents}``.
-      episodes: episodes completed.
-      time_total_s: seconds spent in ``step`` and ``eval``.
-      recent_returns: per recent episode (window of 100), ``{agent_id: return}``.
-      recent_lengths: their lengths.
-    """
-
-    iteration: int = 0
-    env_steps: int = 0
-    agent_steps: dict[str, int] = dataclasses.field(default_factory=dict)
-    episodes: int = 0
-    time_total_s: float = 0.0
-    recent_returns: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    recent_lengths: list[int] = dataclasses.field(default_factory=list)
-
-    def count(self, rollout: MultiAgentRollout, seconds: float) -> None:
-        """Counts one iteration's rollout, which took ``seconds`` with its update."""
-        self.iteration += 1
-        self.env_steps += rollout.env_steps
-        for policy_id, steps in rollout.agent_steps.items():
-            self.agent_steps[policy_id] = self.agent_steps.get(policy_id, 0) + steps
-        self.episodes += len(rollout.episode_returns)
-        self.recent_returns = (self.recent_returns + rollout.episode_returns)[-RECENT_EPISODES:]
-        self.recent_lengths = (self.recent_lengths + rollout.episode_lengths)[-RECENT_EPISODES:]
-        self.time_total_s += seconds
+__all__ = [
+    "MultiAgentCounters",
+    "MultiAgentTrainer",
+    "PolicyMapping",
+    "agent_groups",
+    "policy_spaces",
+]
 
 
 @final
@@ -266,7 +134,7 @@ class MultiAgentTrainer:
         probe = make_parallel_envs(env, 1, env_config)[0]
         try:
             groups = agent_groups(probe.possible_agents, policy_mapping_fn, learner.module_ids)
-            _check_spaces(probe, groups, policies)
+            check_agent_spaces(probe, groups, policies)
         finally:
             probe.close()
         if policies_to_train is not None:
@@ -376,7 +244,7 @@ class MultiAgentTrainer:
             "env_steps_per_s": rollout.env_steps / max(elapsed, 1e-9),
             "time_this_iter_s": elapsed,
             "time_total_s": counters.time_total_s,
-            **_episode_stats(counters, self._groups),
+            **episode_stats(counters, self._groups),
             **learner_metrics,
         }
         self._record(stats)
@@ -587,19 +455,6 @@ def _signature(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:
     return structure, [(np.shape(leaf), getattr(leaf, "dtype", None)) for leaf in leaves]
 
 
-def _check_spaces(env: Any, groups: Mapping[str, list[str]], policies: Mapping[str, Any]) -> None:
-    for policy_id, agents in groups.items():
-        observation_space, action_space = policies[policy_id]
-        for agent in agents:
-            got = (env.observation_space(agent), env.action_space(agent))
-            if got != (observation_space, action_space):
-                raise ValueError(
-                    f"Agent {agent!r} has spaces {got}, but policy {policy_id!r} was built for "
-                    f"{(observation_space, action_space)}; build the learner with "
-                    "policy_spaces(env, policy_mapping_fn)."
-                )
-
-
 def _check_minibatches(
     learner: Learner, groups: Mapping[str, list[str]], trained: Sequence[str], steps: int
 ) -> None:
@@ -634,27 +489,3 @@ def _joint_postprocess(
         return {m: algorithms[m].postprocess(modules[m], experiences[m]) for m in trained}
 
     return postprocess
-
-
-def _episode_stats(
-    counters: MultiAgentCounters, groups: Mapping[str, list[str]]
-) -> dict[str, float]:
-    if not counters.recent_returns:
-        return {}
-    totals = np.asarray([sum(returns.values()) for returns in counters.recent_returns])
-    stats = {
-        "episode_return_mean": float(totals.mean()),
-        "episode_return_min": float(totals.min()),
-        "episode_return_max": float(totals.max()),
-        "episode_len_mean": float(np.mean(counters.recent_lengths)),
-    }
-    for policy_id, agents in groups.items():
-        module_values = []
-        for agent in agents:
-            values = [r[agent] for r in counters.recent_returns if agent in r]
-            if values:
-                stats[f"agent_episode_return_mean/{agent}"] = float(np.mean(values))
-                module_values.extend(values)
-        if module_values:
-            stats[f"module_episode_return_mean/{policy_id}"] = float(np.mean(module_values))
-    return stats
