@@ -332,6 +332,12 @@ def test_a_step_reports_metrics_per_policy_and_per_agent():
     evaluation = trainer.eval(episodes=2)
     assert evaluation["episodes"] == 2 and evaluation["length_mean"] == 25
     assert set(evaluation) >= {"return_mean", "agent_return_mean/agent_0"}
+    # run: evaluations join the stats as "eval/..."; a stop condition ends it.
+    ran = trainer.run(jl.RewardBound(-1e9, key="episode_return_mean"), steps_per_eval=1)
+    assert len(ran) == 1 and ran[0]["iteration"] == 2 and ran[0]["eval/episodes"] == 10
+    assert trainer.history[-1] == ran[0]
+    with pytest.raises(ValueError, match="run needs stop conditions or max_iterations"):
+        trainer.run()
 
 
 def test_a_shared_policy_trains_on_every_agents_rows():
