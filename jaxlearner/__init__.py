@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         restore,
     )
     from jaxlearner.training import loggers, plotting, video
+    from jaxlearner.training.multi_agent import MultiAgentTrainer
     from jaxlearner.training.trainer import Trainer
 
 # The learner core imports neither orbax nor gymnasium; these load on first use.
@@ -75,6 +76,7 @@ _LAZY = {
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
+    "MultiAgentTrainer": "jaxlearner.training.multi_agent",  # needs the pettingzoo extra
 }
 # Sub-modules reachable as jl.NAME, loaded on first use.
 _LAZY_MODULES = {
@@ -125,6 +127,7 @@ __all__ = [
     "MaxWallTime",
     "ModuleSpec",
     "ModuleState",
+    "MultiAgentTrainer",
     "Optimizer",
     "Placement",
     "Plateau",

@@ -10,12 +10,19 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxlearner"
 # Which of the package's modules may import each outside library (paths relative to it).
 ALLOWED = {
     "orbax": {"checkpoint/manager.py"},
-    "gymnasium": {"training/env_runner.py", "training/cli.py", "algorithms/*", "anakin/envs/*"},
+    "gymnasium": {
+        "training/env_runner.py",
+        "training/cli.py",
+        "training/multi_agent_env.py",
+        "algorithms/*",
+        "anakin/envs/*",
+    },
     "matplotlib": {"training/cli.py", "training/plotting.py"},
     "tensorboardX": {"training/loggers.py"},
     "mlflow": {"training/loggers.py"},
     "tqdm": {"training/loggers.py"},
     "gymnax": {"anakin/envs/gymnax.py"},
+    "pettingzoo": {"training/multi_agent_env.py"},
     "PIL": {"training/video.py"},
     "imageio": {"training/video.py"},
     "imageio_ffmpeg": {"training/video.py"},

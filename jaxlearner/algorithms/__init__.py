@@ -30,6 +30,7 @@ import gymnasium
 
 from jaxlearner.algorithms import appo as _appo
 from jaxlearner.algorithms import dqn as _dqn
+from jaxlearner.algorithms import multi_agent_ppo as _multi_agent_ppo
 from jaxlearner.algorithms import ppo as _ppo
 from jaxlearner.algorithms import sac as _sac
 from jaxlearner.algorithms.algorithm import (
@@ -41,6 +42,7 @@ from jaxlearner.algorithms.algorithm import (
 from jaxlearner.algorithms.appo import APPOConfig, appo, appo_loss
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
+from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
 from jaxlearner.core.learner import Learner
@@ -53,6 +55,7 @@ from jaxlearner.core.registry import (
 
 for _recipe in (_ppo.RECIPE, _appo.RECIPE, _dqn.RECIPE, _sac.RECIPE):
     register_recipe(_recipe.name, _recipe, replace=True)
+register_recipe(_multi_agent_ppo.ALGORITHM, _multi_agent_ppo.learner_from_recipe, replace=True)
 
 
 def build(
@@ -130,6 +133,7 @@ __all__ = [
     "dqn",
     "dqn_loss",
     "from_recipe",
+    "multi_agent_ppo",
     "ppo",
     "ppo_loss",
     "sac",

@@ -188,6 +188,33 @@ def make_learner(
 
     Use :func:`ppo` (or ``RECIPE.learner``), which also makes the typed config.
     """
+    spec, layout = ppo_module(observation_space, action_space, config)
+    return Learner(
+        {MODULE_ID: spec},
+        minibatch_size=config.minibatch_size,
+        num_epochs=config.num_epochs,
+        shuffle=config.shuffle,
+        batch_layout={MODULE_ID: layout},
+        recipe=recipe_json("ppo", observation_space, action_space, config),
+    )
+
+
+def ppo_module(
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: PPOConfig
+) -> tuple[ModuleSpec, dict[str, jax.ShapeDtypeStruct]]:
+    """One PPO module for the two spaces: its spec and its batch layout.
+
+    The module-level fields of ``config`` (model, optimizer, loss coefficients,
+    KL) shape the module; the learner-level ones (``minibatch_size``,
+    ``num_epochs``, ``shuffle``) are for the :class:`~jaxlearner.Learner` that
+    holds it. For learners of several PPO modules (multi-agent).
+
+    Example:
+      >>> spec, layout = ppo_module(env.observation_space, env.action_space, PPOConfig())
+      ... # doctest: +SKIP
+      >>> learner = jl.Learner({"left": spec, "right": spec},
+      ...                      batch_layout={"left": layout, "right": layout})  # doctest: +SKIP
+    """
     model = actor_critic(
         observation_space,
         action_space,
@@ -197,14 +224,7 @@ def make_learner(
         log_std_init=config.log_std_init,
     )
     distribution = distribution_for(action_space)
-    return Learner(
-        {MODULE_ID: _module_spec(model, distribution, config)},
-        minibatch_size=config.minibatch_size,
-        num_epochs=config.num_epochs,
-        shuffle=config.shuffle,
-        batch_layout={MODULE_ID: _batch_layout(observation_space, distribution)},
-        recipe=recipe_json("ppo", observation_space, action_space, config),
-    )
+    return _module_spec(model, distribution, config), _batch_layout(observation_space, distribution)
 
 
 def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig) -> ModuleSpec:
@@ -232,18 +252,22 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig
 
 
 def make_algorithm(
-    learner: Learner, action_space: gymnasium.Space, config: PPOConfig
+    learner: Learner,
+    action_space: gymnasium.Space,
+    config: PPOConfig,
+    module_id: str = MODULE_ID,
 ) -> OnPolicyAlgorithm:
     """PPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
 
-    They apply the learner's own model (``learner.specs["default_policy"].model``);
-    nothing is built but these functions.
+    They apply the learner's own model (``learner.specs[module_id].model``,
+    ``"default_policy"`` unless another PPO module of a multi-module learner is
+    named); nothing is built but these functions.
     """
-    model = learner.specs[MODULE_ID].model
+    model = learner.specs[module_id].model
     act = _act(model, distribution_for(action_space), bounds(action_space))
     return OnPolicyAlgorithm(
         name="ppo",
-        module_id=MODULE_ID,
+        module_id=module_id,
         learner=learner,
         config=config,
         explore=lambda module, obs, key: act(module, obs, key, False),

@@ -1,0 +1,491 @@
+"""MultiAgentTrainer: PPO policies trained together on a PettingZoo parallel environment.
+
+RLlib's multi-agent setup, the jaxlearner way. A ``policy_mapping_fn`` maps
+each of the env's agents to a policy, a module of one multi-module
+:class:`~jaxlearner.Learner` (:func:`~jaxlearner.algorithms.multi_agent_ppo`):
+agents mapped to one policy share it (parameter sharing), agents mapped to
+policies of their own learn independently. Each iteration
+
+1. steps ``num_envs`` copies of the env, every policy acting once per step,
+   in one jitted call, for all its agents in all copies
+   (:class:`~jaxlearner.training.multi_agent_runner.MultiAgentEnvRunner`);
+2. postprocesses each trained policy's ``[T, N * k]`` experience (GAE along
+   each agent's stream), all policies in one jitted call;
+3. calls one ``learner.update(state, {policy_id: batch, ...})``; the
+   policies not in ``policies_to_train`` act but are not updated. Each
+   policy's env-step counters (and ``env_steps`` schedules) count the steps
+   of its live agents, RLlib's agent steps.
+
+Everything that can be wrong with the mapping (an agent the env does not
+have, a policy the learner does not have, agents of one policy with
+different spaces, a policy to train that no agent uses, too few rows for a
+minibatch) is reported before anything compiles.
+
+Example:
+  >>> import jaxlearner as jl
+  >>> from jaxlearner.training.multi_agent import MultiAgentTrainer, policy_spaces
+  >>> from jaxlearner.training.multi_agent_env import GridSpread
+  >>> mapping = {"agent_0": "blue", "agent_1": "red"}
+  >>> learner = jl.algorithms.multi_agent_ppo(
+  ...     policy_spaces(GridSpread, mapping),
+  ...     {"train_batch_size": 200, "minibatch_size": 100, "num_epochs": 2})
+  >>> trainer = MultiAgentTrainer(learner, GridSpread, mapping, num_envs=2)
+  >>> stats = trainer.step()
+  >>> sorted(k for k in stats if k.endswith("/total_loss"))
+  ['__all__/total_loss', 'blue/total_loss', 'red/total_loss']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, final
+
+import jax
+import numpy as np
+
+from jaxlearner.algorithms.algorithm import ActFn, OnPolicyAlgorithm
+from jaxlearner.algorithms.multi_agent_ppo import (
+    algorithms_for,
+    policies_of,
+    with_policies_to_train,
+)
+from jaxlearner.checkpoint import metadata as checkpoint_metadata
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.registry import learner_from_recipe
+from jaxlearner.core.state import LearnerState
+from jaxlearner.training.loggers import Writer, flatten_metrics
+from jaxlearner.training.multi_agent_env import ParallelEnvFactory, make_parallel_envs
+from jaxlearner.training.multi_agent_runner import MultiAgentEnvRunner, MultiAgentPolicy
+from jaxlearner.training.multi_agent_stats import MultiAgentCounters, episode_stats
+from jaxlearner.training.policy_mapping import (
+    PolicyMapping,
+    agent_groups,
+    check_agent_spaces,
+    policy_spaces,
+)
+from jaxlearner.training.stop_conditions import AnyOf, StopCondition
+
+__all__ = [
+    "MultiAgentCounters",
+    "MultiAgentTrainer",
+    "PolicyMapping",
+    "agent_groups",
+    "policy_spaces",
+]
+
+
+@final
+class MultiAgentTrainer:
+    """Trains the PPO policies of a multi-agent learner on a PettingZoo parallel env.
+
+    Args:
+      learner: a learner from :func:`~jaxlearner.algorithms.multi_agent_ppo`.
+      env: a class or factory making a new ``pettingzoo.ParallelEnv`` per call.
+      policy_mapping_fn: ``agent_id -> policy_id`` (or a dict), for every one
+        of the env's ``possible_agents``; agents mapped to one policy share it.
+      policies_to_train: the policies that get gradient steps (default: the
+        learner's ``modules_to_train`` among the mapped policies); the
+        learner is rebuilt to train just these.
+      num_envs: env copies stepped together.
+      env_config: keyword arguments for the env factory.
+      eval_episodes: episodes per :meth:`eval` (one per evaluation copy).
+      seed: seeds the learner's init, the envs and the trainer's key.
+      writers: metric writers (console, JSON lines, TensorBoard, MLflow).
+      state: a learner state to start from instead of ``learner.init``.
+
+    Raises:
+      KeyError, ValueError: before anything compiles, for an agent the env
+        does not have or a policy the learner does not have (the valid ids
+        are listed), agents whose spaces differ from their policy's, a policy
+        to train that no agent maps to, a ``train_batch_size`` that does not
+        split over ``num_envs``, or fewer rows per policy than a minibatch.
+
+    Example:
+      >>> trainer = MultiAgentTrainer(learner, GridSpread,
+      ...                             lambda agent: "shared", num_envs=8)  # doctest: +SKIP
+      >>> history = trainer.run(max_iterations=50)                        # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        learner: Learner,
+        env: ParallelEnvFactory,
+        policy_mapping_fn: PolicyMapping,
+        *,
+        policies_to_train: Collection[str] | None = None,
+        num_envs: int = 4,
+        env_config: Mapping[str, Any] | None = None,
+        eval_episodes: int = 10,
+        seed: int = 0,
+        writers: Sequence[Writer] = (),
+        state: LearnerState | None = None,
+    ) -> None:
+        if not isinstance(learner, Learner):
+            raise TypeError(
+                "MultiAgentTrainer needs a jl.Learner from jl.algorithms.multi_agent_ppo; got "
+                f"{type(learner).__name__}."
+            )
+        policies = policies_of(learner)
+        if type(eval_episodes) is not int or eval_episodes < 1:  # bool is no count
+            raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
+        probe = make_parallel_envs(env, 1, env_config)[0]
+        try:
+            groups = agent_groups(probe.possible_agents, policy_mapping_fn, learner.module_ids)
+            check_agent_spaces(probe, groups, policies)
+        finally:
+            probe.close()
+        if policies_to_train is not None:
+            learner = with_policies_to_train(learner, policies_to_train)
+            unused = sorted(set(policies_to_train) - set(groups))
+            if unused:
+                raise ValueError(
+                    f"policies_to_train names {unused}, to which no agent maps; the mapped "
+                    f"policies are {sorted(groups)}."
+                )
+        self._trained = tuple(m for m in groups if m in learner.modules_to_train)
+        if not self._trained:
+            raise ValueError(
+                f"No policy to train: the learner trains {sorted(learner.modules_to_train)} and "
+                f"the agents map to {sorted(groups)}."
+            )
+        self._learner = learner
+        self._groups = groups
+        self._algorithms = {m: a for m, a in algorithms_for(learner).items() if m in groups}
+        any_algorithm = next(iter(self._algorithms.values()))
+        self._rollout_steps = any_algorithm.rollout_steps(num_envs)
+        _check_minibatches(learner, groups, self._trained, self._rollout_steps * num_envs)
+        self._env, self._env_config = env, dict(env_config or {})
+        self._runner = MultiAgentEnvRunner(
+            env, groups, num_envs=num_envs, env_config=env_config, seed=seed
+        )
+        self._explore = _joint_policy({m: a.explore for m, a in self._algorithms.items()})
+        self._exploit = _joint_policy({m: a.exploit for m, a in self._algorithms.items()})
+        self._postprocess = jax.jit(_joint_postprocess(self._algorithms, self._trained))
+        self._eval_runners: dict[int, MultiAgentEnvRunner] = {}
+        self._eval_episodes = eval_episodes
+        self._writers = tuple(writers)
+        self._seed = seed
+        init_key, self._key = jax.random.split(jax.random.key(seed))
+        self._state = learner.init(init_key) if state is None else learner.placement.put(state)
+        self.counters = MultiAgentCounters()
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def learner(self) -> Learner:
+        """The learner being trained (training ``policies_to_train``)."""
+        return self._learner
+
+    @property
+    def state(self) -> LearnerState:
+        """The current learner state."""
+        return self._state
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        """``{policy_id: [agent_id, ...]}``: the agents each policy acts for."""
+        return {m: list(agents) for m, agents in self._groups.items()}
+
+    @property
+    def policies_to_train(self) -> tuple[str, ...]:
+        """The policies that get gradient steps."""
+        return self._trained
+
+    @property
+    def algorithms(self) -> dict[str, OnPolicyAlgorithm]:
+        """Each mapped policy's act and postprocess functions."""
+        return dict(self._algorithms)
+
+    @property
+    def runner(self) -> MultiAgentEnvRunner:
+        """The training env runner."""
+        return self._runner
+
+    def _modules(self) -> dict[str, Any]:
+        modules = self._learner.placement.get(self._state).modules
+        return {m: modules[m] for m in self._groups}
+
+    def step(self) -> dict[str, float]:
+        """One iteration: collect experience with every policy, update the trained ones, log.
+
+        Returns:
+          A flat dict: ``iteration``, ``env_steps``, ``agent_steps``,
+          ``episodes``, ``num_episodes`` (this iteration), ``env_steps_per_s``,
+          ``time_this_iter_s``, ``time_total_s``; over the last 100 episodes
+          ``episode_return_mean`` / ``_min`` / ``_max`` (an episode's return
+          is the sum of its agents' returns, as in RLlib), ``episode_len_mean``,
+          ``agent_episode_return_mean/<agent_id>`` and
+          ``module_episode_return_mean/<policy_id>`` (the mean over its
+          agents); and the learner's metrics per policy
+          (``"<policy_id>/total_loss"``, ``"<policy_id>/entropy"``, ...,
+          ``"__all__/num_grad_steps"``).
+        """
+        start = time.perf_counter()
+        self._key, sample_key = jax.random.split(self._key)
+        modules = self._modules()
+        rollout = self._runner.sample(self._explore, modules, self._rollout_steps, sample_key)
+        trained = {m: modules[m] for m in self._trained}
+        batches = self._postprocess(trained, {m: rollout.experience[m] for m in self._trained})
+        self._state, metrics = self._learner.update(
+            self._state, batches, env_steps={m: rollout.agent_steps[m] for m in self._trained}
+        )
+        learner_metrics = flatten_metrics(jax.device_get(metrics))
+        elapsed = time.perf_counter() - start
+        counters = self.counters
+        counters.count(rollout, elapsed)
+        stats = {
+            "iteration": float(counters.iteration),
+            "env_steps": float(counters.env_steps),
+            "agent_steps": float(sum(counters.agent_steps.values())),
+            "episodes": float(counters.episodes),
+            "num_episodes": float(len(rollout.episode_returns)),
+            "env_steps_per_s": rollout.env_steps / max(elapsed, 1e-9),
+            "time_this_iter_s": elapsed,
+            "time_total_s": counters.time_total_s,
+            **episode_stats(counters, self._groups),
+            **learner_metrics,
+        }
+        self._record(stats)
+        return stats
+
+    def eval(self, deterministic: bool = True, episodes: int | None = None) -> dict[str, float]:
+        """Runs one whole episode in each of ``episodes`` separate evaluation copies.
+
+        Args:
+          deterministic: act with every policy's deterministic action (else sample).
+          episodes: evaluation episodes (default ``eval_episodes``).
+
+        Returns:
+          ``return_mean`` / ``_min`` / ``_max`` (sums over agents),
+          ``length_mean``, ``episodes`` and ``agent_return_mean/<agent_id>``.
+        """
+        start = time.perf_counter()
+        count = self._eval_episodes if episodes is None else episodes
+        if count not in self._eval_runners:
+            self._eval_runners[count] = MultiAgentEnvRunner(
+                self._env, self._groups, num_envs=count, env_config=self._env_config
+            )
+        runner = self._eval_runners[count]
+        runner.reset(self._seed + 10_000 + self.counters.iteration)
+        policy = self._exploit if deterministic else self._explore
+        modules = self._modules()
+        results: dict[int, tuple[dict[str, float], int]] = {}
+        while len(results) < count:
+            self._key, eval_key = jax.random.split(self._key)
+            rollout = runner.sample(policy, modules, 32, eval_key)
+            for env, returns, length in zip(
+                rollout.episode_envs, rollout.episode_returns, rollout.episode_lengths, strict=True
+            ):
+                results.setdefault(env, (returns, length))
+        totals = np.asarray([sum(returns.values()) for returns, _ in results.values()])
+        stats = {
+            "return_mean": float(totals.mean()),
+            "return_min": float(totals.min()),
+            "return_max": float(totals.max()),
+            "length_mean": float(np.mean([length for _, length in results.values()])),
+            "episodes": float(len(totals)),
+        }
+        for agent in (a for agents in self._groups.values() for a in agents):
+            values = [returns[agent] for returns, _ in results.values() if agent in returns]
+            if values:
+                stats[f"agent_return_mean/{agent}"] = float(np.mean(values))
+        self.counters.time_total_s += time.perf_counter() - start
+        return stats
+
+    def run(
+        self,
+        stop_conditions: StopCondition | Sequence[StopCondition] = (),
+        steps_per_eval: int | None = None,
+        max_iterations: int | None = None,
+    ) -> list[dict[str, float]]:
+        """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
+
+        Evaluation results join the iteration's stats as ``"eval/..."``.
+
+        Raises:
+          ValueError: when there is neither a stop condition nor ``max_iterations``.
+
+        Example:
+          >>> trainer.run([jl.RewardBound(-8.0)], steps_per_eval=2_000)  # doctest: +SKIP
+        """
+        conditions = (
+            [stop_conditions] if isinstance(stop_conditions, StopCondition) else stop_conditions
+        )
+        conditions = list(conditions)
+        if not conditions and max_iterations is None:
+            raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
+        stop = AnyOf(*conditions) if conditions else (lambda history: False)
+        next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
+        ran: list[dict[str, float]] = []
+        while max_iterations is None or len(ran) < max_iterations:
+            stats = self.step()
+            if next_eval is not None and self.counters.env_steps >= next_eval:
+                stats.update({f"eval/{k}": v for k, v in self.eval().items()})
+                stats["time_total_s"] = self.counters.time_total_s
+                next_eval = self.counters.env_steps + steps_per_eval
+                self.history[-1] = stats
+            ran.append(stats)
+            if stop(self.history):
+                break
+        return ran
+
+    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
+        """Saves the learner state (every policy's module), counters, history, key and envs.
+
+        Returns:
+          The step saved: the iteration count.
+
+        Example:
+          >>> trainer.save(jl.CheckpointManager("runs/spread"))          # doctest: +SKIP
+        """
+        step = self.counters.iteration
+        if metrics is None:
+            metrics = self.history[-1] if self.history else {}
+        extra = {
+            "multi_agent_trainer": dataclasses.asdict(self.counters),
+            "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
+            "runner": self._runner.get_state(),
+            "groups": self.groups,
+        }
+        checkpoint.save(
+            step,
+            self._state,
+            self._learner,
+            metrics=dict(metrics),
+            extra=extra,
+            extra_arrays={"key": jax.random.key_data(self._key)},
+        )
+        return step
+
+    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
+        """Continues from a step saved by :meth:`save` (default: the latest).
+
+        The learner state, counters, history, trainer key and the envs'
+        state come back, so the following iterations equal those of an
+        uninterrupted run.
+
+        Raises:
+          ValueError: when the step was not saved by a multi-agent trainer, or
+            its policies' modules differ from this learner's (see
+            :meth:`~jaxlearner.CheckpointManager.restore`).
+        """
+        state = checkpoint.restore(self._learner, step)
+        extra, arrays = checkpoint.restore_extra(step)
+        if not isinstance(extra, dict) or "multi_agent_trainer" not in extra or arrays is None:
+            raise ValueError(
+                "This checkpoint step holds no multi-agent trainer state; restore the learner "
+                "with checkpoint.restore(learner) and pass state= instead."
+            )
+        self._state = state
+        self.counters = MultiAgentCounters(**extra["multi_agent_trainer"])
+        self.history = [
+            {key: float(value) for key, value in entry.items()}
+            for entry in extra.get("history", [])
+        ]
+        self._runner.set_state(extra["runner"])
+        self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
+
+    def load_policy(
+        self,
+        checkpoint: CheckpointManager,
+        policy_id: str,
+        *,
+        step: int | None = None,
+        into: str | None = None,
+    ) -> None:
+        """Replaces one policy's module state by one saved in a checkpoint.
+
+        The checkpoint may come from another learner (other policies, another
+        mapping): it is restored into a learner rebuilt from its own recipe,
+        and policy ``policy_id``'s module state (params, optimizer state,
+        counters) is put in place of policy ``into`` (default: the same id)
+        of this trainer's state. E.g. to start a run from a policy trained
+        elsewhere, or to freeze an earlier copy of a policy as an opponent.
+
+        Raises:
+          KeyError: when the checkpoint has no policy ``policy_id`` or this
+            learner no policy ``into`` (the valid ids are listed).
+          ValueError: when the two modules' structures, shapes or dtypes differ.
+
+        Example:
+          >>> trainer.load_policy(jl.CheckpointManager("runs/selfplay"), "main",
+          ...                     into="opponent")                      # doctest: +SKIP
+        """
+        into = policy_id if into is None else into
+        if into not in self._learner.module_ids:
+            raise KeyError(
+                f"This learner has no policy {into!r}; policies: {list(self._learner.module_ids)}."
+            )
+        metadata = checkpoint.metadata(step)
+        if policy_id not in metadata["modules"]:
+            raise KeyError(
+                f"The checkpoint has no policy {policy_id!r}; policies: "
+                f"{list(metadata['modules'])}."
+            )
+        saved_learner = learner_from_recipe(metadata["recipe"])
+        saved = checkpoint.restore(saved_learner, metadata["step"]).modules[policy_id]
+        state = self._learner.placement.get(self._state)
+        if _signature(saved) != _signature(state.modules[into]):
+            raise ValueError(
+                f"The saved policy {policy_id!r} does not fit policy {into!r} of this learner: "
+                "their models or optimizers differ (tree structure, shapes or dtypes)."
+            )
+        state = state.replace(modules={**state.modules, into: saved})
+        self._state = self._learner.placement.put(state)
+
+    def _record(self, stats: dict[str, float]) -> None:
+        self.history.append(stats)
+        for writer in self._writers:
+            writer.write(self.counters.iteration, stats)
+
+    def close(self) -> None:
+        """Closes the environments and the writers."""
+        self._runner.close()
+        for runner in self._eval_runners.values():
+            runner.close()
+        for writer in self._writers:
+            writer.close()
+
+
+def _signature(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:
+    """A pytree's structure and its leaves' shapes and dtypes."""
+    leaves, structure = jax.tree.flatten(tree)
+    return structure, [(np.shape(leaf), getattr(leaf, "dtype", None)) for leaf in leaves]
+
+
+def _check_minibatches(
+    learner: Learner, groups: Mapping[str, list[str]], trained: Sequence[str], steps: int
+) -> None:
+    minibatch_size = learner.config.minibatch_size
+    for policy_id in trained:
+        rows = steps * len(groups[policy_id])
+        if minibatch_size is not None and rows < minibatch_size:
+            raise ValueError(
+                f"Policy {policy_id!r} gets {rows} rows per iteration ({steps} env steps x "
+                f"{len(groups[policy_id])} agents), fewer than minibatch_size={minibatch_size}; "
+                "raise train_batch_size or lower minibatch_size."
+            )
+
+
+def _joint_policy(acts: Mapping[str, ActFn]) -> MultiAgentPolicy:
+    """One function acting for every policy: ``policy(modules, obs, key) -> {id: out}``."""
+    ids = tuple(acts)
+
+    def policy(modules, obs, key):
+        keys = jax.random.split(key, len(ids))
+        return {m: acts[m](modules[m], obs[m], keys[i]) for i, m in enumerate(ids)}
+
+    return policy
+
+
+def _joint_postprocess(
+    algorithms: Mapping[str, OnPolicyAlgorithm], trained: Sequence[str]
+) -> Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]:
+    """Every trained policy's postprocess in one function (one jit)."""
+
+    def postprocess(modules, experiences):
+        return {m: algorithms[m].postprocess(modules[m], experiences[m]) for m in trained}
+
+    return postprocess
