@@ -156,9 +156,7 @@ def test_a_local_minari_dataset_reads_as_a_dataset(tmp_path, monkeypatch):
         assert dataset.env == "CartPole-v1"
         assert dataset.spaces() == (CARTPOLE.observation_space, CARTPOLE.action_space)
         first = next(iter(created.iterate_episodes()))
-        np.testing.assert_array_equal(
-            dataset.columns["obs"][: len(first)], first.observations[:-1]
-        )
+        np.testing.assert_array_equal(dataset.columns["obs"][: len(first)], first.observations[:-1])
         np.testing.assert_array_equal(
             dataset.columns["next_obs"][: len(first)], first.observations[1:]
         )

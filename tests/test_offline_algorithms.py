@@ -86,9 +86,9 @@ def test_marwil_value_gradient_holds_weights_and_bootstrap_values_constant(jit):
     # d/dv 0.5 * mean(A^2) with A = target - V(obs), target and weights constant:
     # dv0 = -A0 / 2 = -1, dv1 = -A1 / 2 = -0.5 (through the bootstrap it would be -0.25).
     ctx = context()
-    grad = maybe_jit(
-        jax.grad(lambda params: marwil_loss(CATEGORICAL)(params, BATCH, ctx)[0]), jit
-    )({"w": W, "v": V})
+    grad = maybe_jit(jax.grad(lambda params: marwil_loss(CATEGORICAL)(params, BATCH, ctx)[0]), jit)(
+        {"w": W, "v": V}
+    )
     np.testing.assert_allclose(np.asarray(grad["v"]), [-1.0, -0.5], rtol=1e-6)
 
 
@@ -106,10 +106,7 @@ def test_returns_to_go_by_hand():
 
 
 def test_epoch_indices_visit_every_row_once_per_pass():
-    for jit in (False, True):
-        indices = maybe_jit(epoch_indices, jit) if not jit else None
-        if jit:
-            indices = jax.jit(epoch_indices, static_argnums=(1, 2, 3))
+    for indices in (epoch_indices, jax.jit(epoch_indices, static_argnums=(1, 2, 3))):
         once = np.asarray(indices(jax.random.key(0), 12, 4, 3))
         assert once.shape == (3, 4) and sorted(once.ravel()) == list(range(12))
         twice = np.asarray(indices(jax.random.key(1), 10, 4, 5))  # two passes, 20 rows
@@ -202,7 +199,8 @@ def test_one_pass_is_the_default_iteration():
 
 
 def test_configs_recipes_and_kinds():
-    for name, config_type in (("bc", jl.algorithms.BCConfig), ("marwil", jl.algorithms.MARWILConfig)):
+    kinds = (("bc", jl.algorithms.BCConfig), ("marwil", jl.algorithms.MARWILConfig))
+    for name, config_type in kinds:
         algorithm = small(name)
         assert isinstance(algorithm, jl.algorithms.OfflineAlgorithm)
         assert not isinstance(algorithm, jl.algorithms.Algorithm)
