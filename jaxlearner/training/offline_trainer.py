@@ -179,7 +179,7 @@ class OfflineTrainer:
 
         Returns:
           A flat dict: ``iteration``, ``env_steps`` (rows trained on, lifetime),
-          ``rows_per_s``, ``time_this_iter_s``, ``time_total_s`` and the
+          ``env_steps_per_s`` (rows per second), ``time_this_iter_s``, ``time_total_s`` and the
           learner's metrics of the last update, flattened.
         """
         start = time.perf_counter()
@@ -194,7 +194,7 @@ class OfflineTrainer:
         stats = {
             "iteration": float(counters.iteration),
             "env_steps": float(counters.env_steps),
-            "rows_per_s": self.rows_per_iteration / max(elapsed, 1e-9),
+            "env_steps_per_s": self.rows_per_iteration / max(elapsed, 1e-9),
             "time_this_iter_s": elapsed,
             "time_total_s": counters.time_total_s,
             **learner_metrics,
@@ -274,7 +274,8 @@ class OfflineTrainer:
         return ran
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
-        """Saves the learner state, counters, history and key; returns the step (the iteration).
+        """Saves the learner state, counters, history, key and seed; returns the step (the
+        iteration).
 
         The dataset is not copied: the checkpoint records its size and source.
         """
@@ -284,6 +285,7 @@ class OfflineTrainer:
         extra = {
             "trainer": dataclasses.asdict(self.counters),
             "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
+            "seed": self._seed,
             "dataset": {
                 "num_steps": self._dataset.num_steps,
                 "num_episodes": self._dataset.num_episodes,
@@ -324,6 +326,7 @@ class OfflineTrainer:
             for entry in extra.get("history", [])
         ]
         self._key = jax.random.wrap_key_data(np.asarray(arrays["key"]))
+        self._seed = int(extra.get("seed", self._seed))  # evaluations reset from it
 
     def close(self) -> None:
         """Closes the evaluation environments and the writers."""
