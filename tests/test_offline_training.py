@@ -111,6 +111,10 @@ def test_run_stops_and_evaluates_by_rows(random_dataset):
     assert [h["env_steps"] for h in history] == [rows, 2 * rows, 3 * rows]
     assert ["eval/return_mean" in h for h in history] == [False, True, False]
     assert history[-1]["default_policy/num_grad_steps"] == 3 * rows // 32
+    with CompileCounter() as compiled:  # the update loop and the policy compiled once
+        trainer.step()
+        trainer.eval()
+    assert compiled.count == 0
 
 
 TINY_PPO = [
