@@ -1,6 +1,7 @@
 """Datasets: the folder format's round trip, checks on bad input, recording, Minari."""
 
 import json
+import sys
 
 import gymnasium as gym
 import jax
@@ -164,3 +165,11 @@ def test_a_local_minari_dataset_reads_as_a_dataset(tmp_path, monkeypatch):
         assert dataset.columns["terminated"].sum() == 3
     with pytest.raises(FileNotFoundError, match="never downloads"):
         load_minari("test/cartpole/expert-v0")
+
+
+def test_without_minari_reading_one_says_what_to_install(monkeypatch):
+    from jaxlearner.training.minari_datasets import load_minari
+
+    monkeypatch.setitem(sys.modules, "minari", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"needs minari: pip install 'jaxlearner\[minari\]'"):
+        load_minari("cartpole/expert-v0")

@@ -1,5 +1,6 @@
 """BC and MARWIL: losses against hand-computed values, rows, batches drawn, configs, recipes."""
 
+import dataclasses
 import math
 
 import chex
@@ -229,6 +230,10 @@ def test_configs_recipes_and_kinds():
             cls(**bad)
     with pytest.raises(ValueError, match=r"Unknown BCConfig field\(s\) \['beta'\]"):
         small("bc", beta=1.0)
+    bc = small("bc")
+    for field, value in (("train_batch_size", 0), ("updates_per_iteration", True)):
+        with pytest.raises(ValueError, match=f"'bc': {field} must be a positive int"):
+            dataclasses.replace(bc, **{field: value})
 
 
 def test_the_online_trainer_refuses_offline_algorithms():

@@ -7,7 +7,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 import pytest
-from helpers import assert_same_stats, interrupted_and_resumed, tree_equal
+from helpers import assert_same_stats, assert_trees_close, interrupted_and_resumed, tree_equal
 
 import jaxlearner as jl
 from jaxlearner.algorithms.spaces import space_to_json
@@ -115,6 +115,23 @@ def test_run_stops_and_evaluates_by_rows(random_dataset):
         trainer.step()
         trainer.eval()
     assert compiled.count == 0
+
+
+def test_all_devices_train_as_one_device_does(random_dataset):
+    learner = jl.algorithms.marwil(*random_dataset.spaces(), SMALL)
+    one = jl.OfflineTrainer(learner, random_dataset, eval_episodes=2)
+    many = jl.OfflineTrainer(learner, random_dataset, eval_episodes=2, devices="all")
+    assert many.learner.placement.num_devices == 8  # the fake devices of conftest.py
+    first, second = one.step(), many.step()
+    np.testing.assert_allclose(
+        second["default_policy/total_loss"], first["default_policy/total_loss"], rtol=1e-5
+    )
+    assert_trees_close(
+        many.learner.placement.get(many.state).modules["default_policy"].params,
+        one.state.modules["default_policy"].params,
+        rtol=1e-4,
+        atol=1e-6,
+    )
 
 
 TINY_PPO = [

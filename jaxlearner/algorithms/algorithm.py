@@ -221,12 +221,10 @@ class OfflineAlgorithm:
     updates_per_iteration: int | None = None
 
     def __post_init__(self) -> None:
-        for field, value in (
-            ("train_batch_size", self.train_batch_size),
-            ("updates_per_iteration", self.updates_per_iteration),
-        ):
-            if value is None and field == "updates_per_iteration":
-                continue
+        counts = {"train_batch_size": self.train_batch_size}
+        if self.updates_per_iteration is not None:
+            counts["updates_per_iteration"] = self.updates_per_iteration
+        for field, value in counts.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(
                     f"Offline algorithm {self.name!r}: {field} must be a positive int; got "
