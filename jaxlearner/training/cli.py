@@ -55,6 +55,7 @@ class Defaults:
       max_steps: the env steps that end the run regardless.
       num_envs: sub-environments stepped together.
       eval_every: env steps between evaluations.
+      offline: trains on ``--dataset`` (BC, MARWIL); its env steps are dataset rows.
     """
 
     env: str
@@ -63,6 +64,7 @@ class Defaults:
     max_steps: int
     num_envs: int
     eval_every: int
+    offline: bool = False
 
 
 DEFAULTS: dict[str, Defaults] = {
@@ -124,6 +126,7 @@ DEFAULTS: dict[str, Defaults] = {
         max_steps=500_000,
         num_envs=1,
         eval_every=10_000,
+        offline=True,
     ),
     "marwil": Defaults(
         env="CartPole-v1",
@@ -132,6 +135,7 @@ DEFAULTS: dict[str, Defaults] = {
         max_steps=1_000_000,
         num_envs=1,
         eval_every=10_000,
+        offline=True,
     ),
 }
 
@@ -264,6 +268,13 @@ def _algorithms_help() -> str:
         if defaults is None:
             lines.append(f"  {name}: no default environment (pass --env)")
             tuned: dict[str, Any] = {}
+        elif defaults.offline:
+            lines.append(
+                f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at "
+                f"evaluation\n    return {defaults.stop_reward:g} or {defaults.max_steps} dataset "
+                f"rows, evaluates every {defaults.eval_every} rows"
+            )
+            tuned = defaults.config
         else:
             lines.append(
                 f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
