@@ -544,8 +544,8 @@ def _build(settings: _RunSettings) -> Any:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         except ValueError as error:
             raise _UsageError(f"--devices {settings.devices}: {error}") from None
-    if _is_offline(algorithm) or settings.dataset is not None:
-        _check_dataset(algorithm, settings)
+    _check_dataset(algorithm, settings)
+    if _is_offline(algorithm):
         return algorithm
     try:
         algorithm.rollout_steps(settings.num_envs)
@@ -560,52 +560,31 @@ def _is_offline(algorithm: Any) -> bool:
     return isinstance(algorithm, OfflineAlgorithm)
 
 
+_DATASETS: dict[str, Any] = {}
+
+
 def _load_dataset(text: str) -> Any:
     """The dataset ``--dataset`` names (a folder, or ``minari:ID``), loaded once."""
-    if text in _DATASETS:
-        return _DATASETS[text]
-    try:
-        if text.startswith("minari:"):
-            from jaxlearner.training.minari_datasets import load_minari
+    from jaxlearner.training.record import read_dataset
 
-            dataset = load_minari(text.removeprefix("minari:"))
-        else:
-            from jaxlearner.training.datasets import load_dataset
-
-            dataset = load_dataset(text)
-    except (ImportError, OSError, TypeError, ValueError) as error:
-        raise _UsageError(f"--dataset {text}: {error}") from None
-    _DATASETS[text] = dataset
-    return dataset
-
-
-_DATASETS: dict[str, Any] = {}
+    if text not in _DATASETS:
+        try:
+            _DATASETS[text] = read_dataset(text)
+        except (ImportError, OSError, TypeError, ValueError) as error:
+            raise _UsageError(f"--dataset {text}: {error}") from None
+    return _DATASETS[text]
 
 
 def _check_dataset(algorithm: Any, settings: _RunSettings) -> None:
     """An offline algorithm has a dataset that fits it and the environment; others have none."""
-    import gymnasium as gym
+    from jaxlearner.training.record import check_offline_dataset
 
-    from jaxlearner.algorithms.offline import updates_per_iteration
-    from jaxlearner.training.datasets import check_dataset_spaces
-
-    name = settings.algorithm
-    if not _is_offline(algorithm):
-        raise _UsageError(f"--dataset is for offline algorithms (bc, marwil); {name} is not one")
-    if settings.dataset is None:
-        raise _UsageError(
-            f"{name} trains on a dataset: give --dataset DIR (record one with "
-            "'jaxlearner record RUN --episodes N --out DIR')"
-        )
-    dataset = _load_dataset(settings.dataset)
-    env = gym.make(settings.env)
+    dataset = None if settings.dataset is None else _load_dataset(settings.dataset)
     try:
-        check_dataset_spaces(dataset, env.observation_space, env.action_space)
-        updates_per_iteration(algorithm, dataset.num_steps)
+        check_offline_dataset(algorithm, dataset, settings.env)
     except ValueError as error:
-        raise _UsageError(f"--dataset {settings.dataset}: {error}") from None
-    finally:
-        env.close()
+        where = "" if dataset is None else f"--dataset {settings.dataset}: "
+        raise _UsageError(f"{where}{error}") from None
 
 
 def _check_tensorboard(args: argparse.Namespace) -> None:
@@ -874,45 +853,32 @@ def _checkpoint_step(run: pathlib.Path, args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     """Records ``--episodes`` episodes of a run's policy into the dataset folder ``--out``."""
-    import jaxlearner as jl
-    from jaxlearner.training.datasets import (
-        EPISODES_FILE,
-        METADATA_FILE,
-        record_episodes,
-        save_dataset,
-    )
+    from jaxlearner.training.record import record_run
 
     run, info = _read_run(args.run)
-    out = pathlib.Path(args.out)
-    if (out / METADATA_FILE).exists() or (out / EPISODES_FILE).exists():
-        raise _UsageError(f"--out {out} holds a dataset already; datasets are never overwritten")
     step = _checkpoint_step(run, args)
-    learner, state = jl.restore(run / CHECKPOINTS, step)
-    algorithm = jl.algorithms.algorithm_for(learner)
-    policy = "explore" if args.explore else "exploit"
-    dataset = record_episodes(
-        getattr(algorithm, policy),
-        state.modules[algorithm.module_id],
-        info["env"],
-        args.episodes,
-        num_envs=args.num_envs,
-        seed=args.seed,
-        source={
-            "run": str(run),
-            "algorithm": info["algorithm"],
-            "checkpoint_step": step,
-            "policy": policy,
-            "seed": args.seed,
-        },
-    )
-    save_dataset(dataset, out)
+    try:
+        dataset = record_run(
+            run / CHECKPOINTS,
+            info["env"],
+            step,
+            args.episodes,
+            args.out,
+            explore=args.explore,
+            num_envs=args.num_envs,
+            seed=args.seed,
+            source={"run": str(run), "algorithm": info["algorithm"]},
+        )
+    except FileExistsError as error:
+        raise _UsageError(f"--out {error}") from None
     returns = dataset.episode_returns()
     print(
         f"Recorded {dataset.num_episodes} episodes ({dataset.num_steps} steps) of "
-        f"{info['algorithm']} on {info['env']}, checkpoint step {step}, {policy} policy: "
-        f"return {returns.mean():.1f} (min {returns.min():.1f}, max {returns.max():.1f})\n"
-        f"  dataset: {out}\n"
-        f"  train:   jaxlearner train bc --dataset {out}"
+        f"{info['algorithm']} on {info['env']}, checkpoint step {step}, "
+        f"{dataset.source['policy']} policy: return {returns.mean():.1f} (min "
+        f"{returns.min():.1f}, max {returns.max():.1f})\n"
+        f"  dataset: {args.out}\n"
+        f"  train:   jaxlearner train bc --dataset {args.out}"
     )
     return 0
 
