@@ -249,11 +249,13 @@ def expert_dataset():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bc", "marwil"])
 def test_offline_algorithms_learn_cartpole_from_ppo_episodes(name, expert_dataset):
-    learner = jl.algorithms.build(
-        name,
-        *expert_dataset.spaces(),
-        {"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64)},
-    ).learner
+    config = {"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64)}
+    if name == "marwil":
+        # RLlib's beta = 1 weighs rows by up to exp(A / 10) while the values are still far off
+        # (returns near 100); here it peaked near 465 and then drifted down to 313-420 on 2 of
+        # 3 seeds, while beta = 0.5 reached 500 on 6 of 6.
+        config["beta"] = 0.5
+    learner = jl.algorithms.build(name, *expert_dataset.spaces(), config).learner
     trainer = jl.OfflineTrainer(learner, expert_dataset, eval_episodes=10, progress=False)
     start = time.perf_counter()
     history = trainer.run(

@@ -35,7 +35,9 @@ episode was truncated (:func:`~jaxlearner.algorithms.offline.returns_to_go`).
 Differences from RLlib: ``beta``, ``vf_coeff`` and the average's rate are
 traced hyperparameters (schedulable, sweepable), and the value loss is kept at
 ``beta = 0`` (RLlib then drops it; set ``vf_coeff=0`` for that); ``lambda_``
-other than 1 and ``bc_logstd_coeff`` (unused by RLlib's new stack) are not offered.
+other than 1 and ``bc_logstd_coeff`` (RLlib's log-std bonus for Gaussian policies) are not
+offered. On CartPole-v1 from 20 PPO episodes, ``beta = 0.5`` learned reliably where RLlib's
+``beta = 1`` peaked near 465 and drifted down (``tests/test_offline_training.py``).
 """
 
 from __future__ import annotations

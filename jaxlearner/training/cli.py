@@ -130,7 +130,7 @@ DEFAULTS: dict[str, Defaults] = {
     ),
     "marwil": Defaults(
         env="CartPole-v1",
-        config={"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64)},
+        config={"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64), "beta": 0.5},
         stop_reward=475.0,
         max_steps=1_000_000,
         num_envs=1,
