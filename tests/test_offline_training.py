@@ -214,6 +214,7 @@ def test_bad_offline_input_exits_2_with_one_line(argv, message, recorded, capsys
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+    assert err.count("--dataset") <= 2, err  # named once, plus its value in the message
     assert not out.exists()
 
 

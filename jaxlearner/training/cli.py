@@ -583,8 +583,9 @@ def _check_dataset(algorithm: Any, settings: _RunSettings) -> None:
     try:
         check_offline_dataset(algorithm, dataset, settings.env)
     except ValueError as error:
-        where = "" if dataset is None else f"--dataset {settings.dataset}: "
-        raise _UsageError(f"{where}{error}") from None
+        if dataset is None or not _is_offline(algorithm):  # no dataset, or none belongs here
+            raise _UsageError(str(error)) from None
+        raise _UsageError(f"--dataset {settings.dataset}: {error}") from None
 
 
 def _check_tensorboard(args: argparse.Namespace) -> None:
