@@ -100,6 +100,10 @@ def updates_per_iteration(algorithm: OfflineAlgorithm, num_rows: int) -> int:
 
     Raises:
       ValueError: when the dataset holds fewer rows than one batch.
+
+    Example:
+      >>> updates_per_iteration(algorithm, 9530)  # train_batch_size 256  # doctest: +SKIP
+      37
     """
     if num_rows < algorithm.train_batch_size:
         raise ValueError(

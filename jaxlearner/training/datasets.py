@@ -264,11 +264,15 @@ def _describe(space: Mapping[str, Any]) -> str:
 def save_dataset(dataset: Dataset, path: str | os.PathLike[str]) -> pathlib.Path:
     """Writes ``dataset`` into the folder ``path`` (made if missing), never over files.
 
+    Returns:
+      The folder.
+
     Raises:
       FileExistsError: when ``path`` already holds a file of a dataset.
 
-    Returns:
-      The folder.
+    Example:
+      >>> save_dataset(dataset, "data/cartpole")  # doctest: +SKIP
+      PosixPath('data/cartpole')
     """
     folder = pathlib.Path(path)
     for name in (EPISODES_FILE, METADATA_FILE):

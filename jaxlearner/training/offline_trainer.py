@@ -72,6 +72,12 @@ class OfflineTrainer:
       ValueError: when the dataset's spaces differ from the learner's or the
         environment's, the dataset has no ``env`` and none is given, or it
         holds fewer rows than one batch.
+
+    Example:
+      >>> dataset = jl.load_dataset("data/cartpole")                      # doctest: +SKIP
+      >>> learner = jl.algorithms.marwil(*dataset.spaces(), {"beta": 0.5})  # doctest: +SKIP
+      >>> trainer = jl.OfflineTrainer(learner, dataset, eval_episodes=5)   # doctest: +SKIP
+      >>> trainer.step()["default_policy/policy_loss"]                     # doctest: +SKIP
     """
 
     def __init__(
