@@ -187,6 +187,13 @@ def test_train_bc_on_a_recorded_dataset_then_eval(recorded, capsys):
     assert info["config"] == {"train_batch_size": 64, "hidden_sizes": [16]}
     assert main(["eval", str(out), "--episodes", "2"]) == 0
     assert "bc on CartPole-v1, checkpoint step" in capsys.readouterr().out
+    # --resume reads the dataset from run.json; this run met its stop conditions.
+    assert main(["train", "--resume", str(out), "--no-progress"]) == 0
+    assert "is complete: its stop conditions hold" in capsys.readouterr().out
+    # A BC run's policy records like any other, here sampling.
+    explored = folder / "explored"
+    assert main(["record", str(out), "--episodes", "2", "--out", str(explored), "--explore"]) == 0
+    assert jl.load_dataset(explored).source["policy"] == "explore"
 
 
 @pytest.mark.parametrize(
