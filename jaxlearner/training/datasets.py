@@ -32,7 +32,8 @@ environment's, so a mismatch is reported before anything compiles. Minari
 datasets are read by :mod:`jaxlearner.training.minari_datasets`.
 
 Example:
-  >>> dataset = record_episodes(ppo_algorithm, state, "CartPole-v1", 20)  # doctest: +SKIP
+  >>> dataset = record_episodes(
+  ...     algorithm.exploit, state.modules["default_policy"], "CartPole-v1", 20)  # doctest: +SKIP
   >>> save_dataset(dataset, "data/cartpole")                             # doctest: +SKIP
   >>> load_dataset("data/cartpole").num_episodes                         # doctest: +SKIP
   20

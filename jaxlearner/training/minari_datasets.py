@@ -9,7 +9,7 @@ gets ``obs = observations[t]`` and ``next_obs = observations[t + 1]``, and the
 last step of every episode ends it.
 
 Example:
-  >>> dataset = load_minari("cartpole/expert-v0")            # doctest: +SKIP
+  >>> dataset = load_minari("me/cartpole-v0")              # doctest: +SKIP
   >>> learner = jl.algorithms.bc(*dataset.spaces())           # doctest: +SKIP
 """
 
@@ -54,7 +54,7 @@ def load_minari(dataset: str | os.PathLike[str]) -> Dataset:
       ValueError: when the episodes do not fit the spaces (see :class:`Dataset`).
 
     Example:
-      >>> dataset = load_minari("/data/minari/cartpole/expert-v0")  # doctest: +SKIP
+      >>> dataset = load_minari("/data/minari/me/cartpole-v0")  # doctest: +SKIP
     """
     minari = _minari()
     path = pathlib.Path(dataset)

@@ -9,8 +9,9 @@ further. Each raises ``ValueError`` (or ``FileNotFoundError``, ``FileExistsError
 ``ImportError``) with a message the command prints as one line.
 
 Example:
-  >>> dataset = record_run("runs/ppo", "CartPole-v1", 15, 20, "data/cartpole")  # doctest: +SKIP
-  >>> read_dataset("minari:cartpole/expert-v0").num_episodes                   # doctest: +SKIP
+  >>> dataset = record_run(
+  ...     "runs/ppo/checkpoints", "CartPole-v1", 15, 20, "data/cartpole")  # doctest: +SKIP
+  >>> read_dataset("minari:me/cartpole-v0").num_episodes  # doctest: +SKIP
 """
 
 from __future__ import annotations
