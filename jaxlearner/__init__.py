@@ -66,7 +66,10 @@ if TYPE_CHECKING:
         restore,
     )
     from jaxlearner.training import loggers, plotting, video
+    from jaxlearner.training.datasets import Dataset, load_dataset, record_episodes, save_dataset
+    from jaxlearner.training.minari_datasets import load_minari
     from jaxlearner.training.multi_agent import MultiAgentTrainer
+    from jaxlearner.training.offline_trainer import OfflineTrainer
     from jaxlearner.training.trainer import Trainer
 
 # The learner core imports neither orbax nor gymnasium; these load on first use.
@@ -77,6 +80,12 @@ _LAZY = {
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
     "MultiAgentTrainer": "jaxlearner.training.multi_agent",  # needs the pettingzoo extra
+    "OfflineTrainer": "jaxlearner.training.offline_trainer",
+    "Dataset": "jaxlearner.training.datasets",
+    "load_dataset": "jaxlearner.training.datasets",
+    "save_dataset": "jaxlearner.training.datasets",
+    "record_episodes": "jaxlearner.training.datasets",
+    "load_minari": "jaxlearner.training.minari_datasets",
 }
 # Sub-modules reachable as jl.NAME, loaded on first use.
 _LAZY_MODULES = {
@@ -117,6 +126,7 @@ __all__ = [
     "CheckpointCorruptedError",
     "CheckpointManager",
     "CheckpointOptions",
+    "Dataset",
     "Learner",
     "LearnerConfig",
     "LearnerGroup",
@@ -128,6 +138,7 @@ __all__ = [
     "ModuleSpec",
     "ModuleState",
     "MultiAgentTrainer",
+    "OfflineTrainer",
     "Optimizer",
     "Placement",
     "Plateau",
@@ -145,17 +156,21 @@ __all__ = [
     "distributed",
     "envs",
     "learner_from_recipe",
+    "load_dataset",
+    "load_minari",
     "loggers",
     "make_update",
     "periodic_copy",
     "piecewise_schedule",
     "plotting",
     "polyak_update",
+    "record_episodes",
     "register_recipe",
     "registered_recipes",
     "replay_buffer",
     "restore",
     "rollouts",
+    "save_dataset",
     "sweeps",
     "video",
     "with_hyperparams",

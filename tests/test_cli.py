@@ -116,7 +116,7 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["train", "ppo", "--checkpoint-every", "2"], "--checkpoint-every-steps N (env steps)"),
         (["train", "ppo", "--resume", "RUN"], "with the settings in its run.json; drop"),
         (["train", "--resume", "/no/run"], "is not a run folder of 'jaxlearner train'"),
-        (["train"], "give an algorithm (appo, dqn, ppo, sac"),
+        (["train"], "give an algorithm (appo, bc, dqn, marwil, ppo, sac"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path, run):

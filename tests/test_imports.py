@@ -26,6 +26,7 @@ ALLOWED = {
     "PIL": {"training/video.py"},
     "imageio": {"training/video.py"},
     "imageio_ffmpeg": {"training/video.py"},
+    "minari": {"training/minari_datasets.py"},
 }
 
 

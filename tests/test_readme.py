@@ -59,3 +59,12 @@ def test_many_seeds_block_runs(tmp_path, monkeypatch):
     assert namespace["metrics"]["eval/return_mean"].shape == (2, 2)
     assert namespace["result"].metrics["eval/return_mean"].shape[:2] == (4, 1)
     assert (tmp_path / "cartpole_32_seeds.png").stat().st_size > 0
+
+
+def test_offline_block_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the block writes data/cartpole
+    namespace = _run("offline", {})
+    assert (tmp_path / "data/cartpole/episodes.npz").is_file()
+    assert namespace["dataset"].num_episodes == 20
+    assert namespace["history"][-1]["env_steps"] >= 20_000
+    assert any("eval/return_mean" in h for h in namespace["history"])

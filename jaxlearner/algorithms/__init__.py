@@ -1,11 +1,13 @@
-"""Built-in algorithms: PPO, DQN and SAC, each a recipe around the generic Learner.
+"""Built-in algorithms: PPO, DQN, SAC, BC and MARWIL, each a recipe around the generic Learner.
 
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
 ...) in the one recipe registry (:mod:`jaxlearner.core.registry`), which makes its
 learner, its algorithm, or the algorithm around an existing learner. An
-algorithm is of one of two kinds: an :class:`OnPolicyAlgorithm` (PPO) or an
-:class:`OffPolicyAlgorithm` (DQN, SAC); :data:`Algorithm` is either.
+algorithm that collects its own experience is of one of two kinds: an
+:class:`OnPolicyAlgorithm` (PPO) or an :class:`OffPolicyAlgorithm` (DQN, SAC);
+:data:`Algorithm` is either. An :class:`OfflineAlgorithm` (BC, MARWIL) trains
+on a recorded dataset instead (``jl.OfflineTrainer``).
 
 The shorthand ``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the
 :class:`~jaxlearner.Learner`; :func:`build` returns the whole algorithm. A
@@ -29,19 +31,25 @@ from typing import Any
 import gymnasium
 
 from jaxlearner.algorithms import appo as _appo
+from jaxlearner.algorithms import bc as _bc
 from jaxlearner.algorithms import dqn as _dqn
+from jaxlearner.algorithms import marwil as _marwil
 from jaxlearner.algorithms import multi_agent_ppo as _multi_agent_ppo
 from jaxlearner.algorithms import ppo as _ppo
 from jaxlearner.algorithms import sac as _sac
 from jaxlearner.algorithms.algorithm import (
     Algorithm,
+    AnyAlgorithm,
+    OfflineAlgorithm,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
     PrioritizedReplay,
 )
 from jaxlearner.algorithms.appo import APPOConfig, appo, appo_loss
+from jaxlearner.algorithms.bc import BCConfig, bc, bc_loss
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
+from jaxlearner.algorithms.marwil import MARWILConfig, marwil, marwil_loss
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
@@ -53,7 +61,7 @@ from jaxlearner.core.registry import (
     register_recipe,
 )
 
-for _recipe in (_ppo.RECIPE, _appo.RECIPE, _dqn.RECIPE, _sac.RECIPE):
+for _recipe in (_ppo.RECIPE, _appo.RECIPE, _dqn.RECIPE, _sac.RECIPE, _bc.RECIPE, _marwil.RECIPE):
     register_recipe(_recipe.name, _recipe, replace=True)
 register_recipe(_multi_agent_ppo.ALGORITHM, _multi_agent_ppo.learner_from_recipe, replace=True)
 
@@ -63,11 +71,12 @@ def build(
     observation_space: gymnasium.Space,
     action_space: gymnasium.Space,
     config: Any = None,
-) -> Algorithm:
+) -> AnyAlgorithm:
     """The algorithm ``name`` for two spaces, with a fresh learner.
 
     Args:
-      name: ``"ppo"``, ``"dqn"``, ``"sac"`` (or an algorithm recipe you registered).
+      name: ``"ppo"``, ``"dqn"``, ``"sac"``, ``"bc"``, ``"marwil"`` (or an algorithm
+        recipe you registered).
       observation_space: one environment's observation space.
       action_space: one environment's action space.
       config: the algorithm's typed config, a dict of its fields, or ``None``.
@@ -83,7 +92,7 @@ def build(
     return algorithm_recipe(name).build(observation_space, action_space, config)
 
 
-def from_recipe(recipe: dict[str, Any]) -> Algorithm:
+def from_recipe(recipe: dict[str, Any]) -> AnyAlgorithm:
     """The algorithm a learner's JSON recipe describes, around a fresh learner.
 
     Raises:
@@ -93,7 +102,7 @@ def from_recipe(recipe: dict[str, Any]) -> Algorithm:
     return entry.algorithm_for(learner_from_recipe(recipe))
 
 
-def algorithm_for(learner: Learner) -> Algorithm:
+def algorithm_for(learner: Learner) -> AnyAlgorithm:
     """The algorithm of a built-in learner, around that same learner.
 
     The act and postprocess (or transitions) functions apply the learner's
@@ -119,9 +128,13 @@ def algorithm_for(learner: Learner) -> Algorithm:
 __all__ = [
     "APPOConfig",
     "Algorithm",
+    "AnyAlgorithm",
+    "BCConfig",
     "BuiltinAlgorithm",
     "DQNConfig",
+    "MARWILConfig",
     "OffPolicyAlgorithm",
+    "OfflineAlgorithm",
     "OnPolicyAlgorithm",
     "PPOConfig",
     "PrioritizedReplay",
@@ -129,10 +142,14 @@ __all__ = [
     "algorithm_for",
     "appo",
     "appo_loss",
+    "bc",
+    "bc_loss",
     "build",
     "dqn",
     "dqn_loss",
     "from_recipe",
+    "marwil",
+    "marwil_loss",
     "multi_agent_ppo",
     "ppo",
     "ppo_loss",

@@ -8,7 +8,11 @@ and how to turn experience into training batches, and that differs by kind:
   (``postprocess``) and trains on it once;
 * an :class:`OffPolicyAlgorithm` (DQN, SAC) turns each rollout into replay
   rows (``transitions``), stores them in a replay buffer and trains on
-  batches sampled from it (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`).
+  batches sampled from it (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`);
+* an :class:`OfflineAlgorithm` (BC, MARWIL) collects nothing: it turns a
+  dataset of recorded episodes into rows once (``rows``) and trains on
+  batches drawn from them (:func:`~jaxlearner.algorithms.offline.make_offline_updates`),
+  acting in an environment only to be evaluated.
 
 Both are final frozen values of pure functions around one learner; the
 :class:`~jaxlearner.Trainer`, :mod:`jaxlearner.anakin.train` and the command line
@@ -54,6 +58,11 @@ PostprocessFn: TypeAlias = Callable[[ModuleState, Experience], Batch]
 
 TransitionsFn: TypeAlias = Callable[[Experience], Batch]
 """``transitions(experience [T, N, ...]) -> replay rows [T * N, ...]``, pure."""
+
+RowsFn: TypeAlias = Callable[[Mapping[str, jax.Array]], Batch]
+"""``rows(episodes) -> rows [N, ...]``: a dataset's ``[N]`` steps (whole episodes back to back:
+``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``, ``next_obs``,
+``episode_ends``) as the rows the loss trains on, pure."""
 
 TDErrorsFn: TypeAlias = Callable[[ModuleState, Batch, jax.Array], jax.Array]
 """``td_errors(module_state, batch [B, ...], key) -> [B]``: each row's TD error as the loss
@@ -192,9 +201,63 @@ class OffPolicyAlgorithm:
         return dataclasses.replace(self, learner=learner)
 
 
+@final
+@dataclasses.dataclass(frozen=True)
+class OfflineAlgorithm:
+    """An offline algorithm: trains on rows of a recorded dataset, never on its own experience.
+
+    Attributes:
+      name: the algorithm's name (``"bc"``, ``"marwil"``), as in its learner's recipe.
+      module_id: the learner's (single) module.
+      learner: the learner; each ``update`` is one gradient step on one batch of rows.
+      config: the algorithm's typed config.
+      explore: the sampling act function (evaluation with ``deterministic=False``).
+      exploit: the deterministic act function for evaluation.
+      rows: see :data:`RowsFn`; run once per dataset.
+      train_batch_size: rows per gradient update.
+      updates_per_iteration: updates per training iteration, or ``None`` for
+        one pass over the rows (RLlib's ``dataset_num_iters_per_learner``).
+
+    Raises:
+      ValueError: for a ``train_batch_size`` or ``updates_per_iteration`` that is
+        not a positive int.
+    """
+
+    name: str
+    module_id: str
+    learner: Learner
+    config: Any
+    explore: ActFn
+    exploit: ActFn
+    rows: RowsFn
+    train_batch_size: int
+    updates_per_iteration: int | None = None
+
+    def __post_init__(self) -> None:
+        counts = {"train_batch_size": self.train_batch_size}
+        if self.updates_per_iteration is not None:
+            counts["updates_per_iteration"] = self.updates_per_iteration
+        for field, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"Offline algorithm {self.name!r}: {field} must be a positive int; got "
+                    f"{value!r}."
+                )
+
+    def with_learner(self, learner: Learner) -> OfflineAlgorithm:
+        """The same algorithm around another learner of the same model (restored, re-placed)."""
+        return dataclasses.replace(self, learner=learner)
+
+
 Algorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm
-"""Either kind of algorithm; ``isinstance(x, Algorithm)`` and ``match`` tell them apart.
+"""Either kind of algorithm that collects its own experience; ``isinstance(x, Algorithm)``
+and ``match`` tell them apart (an :class:`OfflineAlgorithm` is neither).
 
 Both kinds have ``name``, ``module_id``, ``learner``, ``config``, ``explore``,
 ``exploit``, ``rollout_steps`` and ``with_learner``.
 """
+
+AnyAlgorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm | OfflineAlgorithm
+"""Any algorithm kind, offline included: what the recipe registry builds. All three have
+``name``, ``module_id``, ``learner``, ``config``, ``explore``, ``exploit`` and
+``with_learner``."""

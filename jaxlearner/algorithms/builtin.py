@@ -7,7 +7,7 @@ how to
 
 * make the learner (``learner``; called with a recipe, as any registered
   recipe builder is, it rebuilds the learner a checkpoint saved),
-* make the whole :data:`~jaxlearner.algorithms.Algorithm` (``build``),
+* make the whole algorithm, of any kind (``build``),
 * and wrap an existing learner in its algorithm (``algorithm_for``): the act,
   postprocess or transitions functions are derived from that learner's own
   model and the config in its recipe, so no second model or learner is built.
@@ -25,7 +25,7 @@ from typing import Any, TypeAlias, final
 
 import gymnasium
 
-from jaxlearner.algorithms.algorithm import Algorithm
+from jaxlearner.algorithms.algorithm import AnyAlgorithm
 from jaxlearner.algorithms.config import config_from_json, config_to_json, make_config
 from jaxlearner.algorithms.spaces import space_from_json, space_to_json
 from jaxlearner.core.learner import Learner
@@ -36,7 +36,7 @@ MakeLearner: TypeAlias = Callable[[gymnasium.Space, gymnasium.Space, Any], Learn
 The learner carries its :func:`recipe_json`, so a checkpoint can rebuild it.
 """
 
-MakeAlgorithm: TypeAlias = Callable[[Learner, gymnasium.Space, Any], Algorithm]
+MakeAlgorithm: TypeAlias = Callable[[Learner, gymnasium.Space, Any], AnyAlgorithm]
 """``make_algorithm(learner, action_space, config) -> Algorithm`` around that very learner.
 
 Reads the model from ``learner.specs[module_id].model``; builds no model or learner.
@@ -107,13 +107,13 @@ class BuiltinAlgorithm:
 
     def build(
         self, observation_space: gymnasium.Space, action_space: gymnasium.Space, config: Any = None
-    ) -> Algorithm:
+    ) -> AnyAlgorithm:
         """A fresh learner and the algorithm around it; see :meth:`learner`."""
         config = make_config(self.config_type, config)
         learner = self.learner(observation_space, action_space, config)
         return self.make_algorithm(learner, action_space, config)
 
-    def algorithm_for(self, learner: Learner) -> Algorithm:
+    def algorithm_for(self, learner: Learner) -> AnyAlgorithm:
         """The algorithm around ``learner``, from its model and the config in its recipe.
 
         Raises:

@@ -9,6 +9,10 @@
   reports evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one
   episode, ``--render human`` plays one in a window.
 * ``jaxlearner plot runs/NAME [more runs]`` writes a learning-curve PNG.
+* ``jaxlearner record runs/NAME --episodes 20 --out data/NAME`` records episodes of a
+  run's policy as a dataset, and ``jaxlearner train bc --dataset data/NAME`` (or
+  ``marwil``) trains an offline algorithm on it (``--dataset minari:ID`` reads a
+  locally stored Minari dataset), evaluating in the dataset's environment.
 
 Bad arguments print one line and exit with status 2, before a run folder is
 made; bare ``jaxlearner`` prints the usage and exits with status 2.
@@ -51,6 +55,7 @@ class Defaults:
       max_steps: the env steps that end the run regardless.
       num_envs: sub-environments stepped together.
       eval_every: env steps between evaluations.
+      offline: trains on ``--dataset`` (BC, MARWIL); its env steps are dataset rows.
     """
 
     env: str
@@ -59,6 +64,7 @@ class Defaults:
     max_steps: int
     num_envs: int
     eval_every: int
+    offline: bool = False
 
 
 DEFAULTS: dict[str, Defaults] = {
@@ -130,6 +136,25 @@ DEFAULTS: dict[str, Defaults] = {
         num_envs=8,
         eval_every=5120,
     ),
+    # Offline: the environment evaluates; "env steps" are dataset rows trained on.
+    "bc": Defaults(
+        env="CartPole-v1",
+        config={"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64)},
+        stop_reward=475.0,
+        max_steps=500_000,
+        num_envs=1,
+        eval_every=10_000,
+        offline=True,
+    ),
+    "marwil": Defaults(
+        env="CartPole-v1",
+        config={"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64), "beta": 0.5},
+        stop_reward=475.0,
+        max_steps=1_000_000,
+        num_envs=1,
+        eval_every=10_000,
+        offline=True,
+    ),
 }
 
 
@@ -161,6 +186,13 @@ def _parser() -> argparse.ArgumentParser:
         help="continue RUN from its latest checkpoint with its settings (after Ctrl-C)",
     )
     train.add_argument("--env", help="a gymnasium environment id (default: the algorithm's)")
+    train.add_argument(
+        "--dataset",
+        metavar="DIR",
+        help="the dataset an offline algorithm (bc, marwil) trains on: a folder of "
+        "'jaxlearner record', or minari:ID for a locally stored Minari dataset "
+        "(--env defaults to the dataset's)",
+    )
     train.add_argument(
         "--config",
         nargs="*",
@@ -209,7 +241,20 @@ def _parser() -> argparse.ArgumentParser:
         "needs jaxlearner[video])",
     )
 
-    for command in (train, evaluate):
+    record = commands.add_parser("record", help="record episodes of a run's policy as a dataset")
+    record.add_argument("run", help="the run folder written by 'jaxlearner train'")
+    record.add_argument("--episodes", type=_positive_int, required=True, help="episodes to record")
+    record.add_argument("--out", required=True, help="the dataset folder (never overwritten)")
+    record.add_argument(
+        "--explore", action="store_true", help="act with the sampling policy, not the greedy one"
+    )
+    which = record.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
+    which.add_argument("--step", type=int, help="a specific checkpoint step")
+    record.add_argument("--num-envs", type=_positive_int, default=8, help="envs stepped together")
+    record.add_argument("--seed", type=int, default=0)
+
+    for command in (train, evaluate, record):
         command.add_argument(
             "--compilation-cache",
             metavar="DIR",
@@ -241,6 +286,13 @@ def _algorithms_help() -> str:
         if defaults is None:
             lines.append(f"  {name}: no default environment (pass --env)")
             tuned: dict[str, Any] = {}
+        elif defaults.offline:
+            lines.append(
+                f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at "
+                f"evaluation\n    return {defaults.stop_reward:g} or {defaults.max_steps} dataset "
+                f"rows, evaluates every {defaults.eval_every} rows"
+            )
+            tuned = defaults.config
         else:
             lines.append(
                 f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
@@ -294,12 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             _fix_train_arguments(args)
-        if args.command in ("train", "eval"):
+        if args.command in ("train", "eval", "record"):
             _compilation_cache(args)
         if args.command == "train":
             return _train(args)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "record":
+            return _record(args)
         return _plot(args)
     except _UsageError as error:
         parser.exit(2, f"jaxlearner {args.command}: error: {error}\n")
@@ -364,6 +418,7 @@ class _RunSettings:
     eval_every: int
     checkpoint_every_steps: int
     devices: str | None
+    dataset: str | None = None
 
 
 def _settings(args: argparse.Namespace) -> _RunSettings:
@@ -383,6 +438,7 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
                 ("--eval-every", args.eval_every),
                 ("--checkpoint-every-steps", args.checkpoint_every_steps),
                 ("--seed", args.seed),
+                ("--dataset", args.dataset),
             ]
             if value is not None
         ]
@@ -405,6 +461,7 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
             eval_every=eval_every,
             checkpoint_every_steps=info.get("checkpoint_every_steps") or eval_every,
             devices=info.get("devices"),
+            dataset=info.get("dataset"),
         )
     from jaxlearner.algorithms.config import parse_overrides
     from jaxlearner.core.registry import algorithm_recipe
@@ -418,7 +475,8 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
         )
     recipe = algorithm_recipe(name)
     defaults = DEFAULTS.get(name)
-    env_id = args.env or (defaults.env if defaults else None)
+    dataset_env = None if args.dataset is None else _load_dataset(args.dataset).env
+    env_id = args.env or dataset_env or (defaults.env if defaults else None)
     if env_id is None:
         raise _UsageError(f"{name} has no default environment; pass --env")
     try:
@@ -442,6 +500,7 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
         eval_every=eval_every,
         checkpoint_every_steps=args.checkpoint_every_steps or eval_every,
         devices=args.devices,
+        dataset=args.dataset,
     )
 
 
@@ -503,11 +562,48 @@ def _build(settings: _RunSettings) -> Any:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         except ValueError as error:
             raise _UsageError(f"--devices {settings.devices}: {error}") from None
+    _check_dataset(algorithm, settings)
+    if _is_offline(algorithm):
+        return algorithm
     try:
         algorithm.rollout_steps(settings.num_envs)
     except ValueError as error:
         raise _UsageError(f"--num-envs {settings.num_envs}: {error}") from None
     return algorithm
+
+
+def _is_offline(algorithm: Any) -> bool:
+    from jaxlearner.algorithms import OfflineAlgorithm
+
+    return isinstance(algorithm, OfflineAlgorithm)
+
+
+_DATASETS: dict[str, Any] = {}
+
+
+def _load_dataset(text: str) -> Any:
+    """The dataset ``--dataset`` names (a folder, or ``minari:ID``), loaded once."""
+    from jaxlearner.training.record import read_dataset
+
+    if text not in _DATASETS:
+        try:
+            _DATASETS[text] = read_dataset(text)
+        except (ImportError, OSError, TypeError, ValueError) as error:
+            raise _UsageError(f"--dataset {text}: {error}") from None
+    return _DATASETS[text]
+
+
+def _check_dataset(algorithm: Any, settings: _RunSettings) -> None:
+    """An offline algorithm has a dataset that fits it and the environment; others have none."""
+    from jaxlearner.training.record import check_offline_dataset
+
+    dataset = None if settings.dataset is None else _load_dataset(settings.dataset)
+    try:
+        check_offline_dataset(algorithm, dataset, settings.env)
+    except ValueError as error:
+        if dataset is None or not _is_offline(algorithm):  # no dataset, or none belongs here
+            raise _UsageError(str(error)) from None
+        raise _UsageError(f"--dataset {settings.dataset}: {error}") from None
 
 
 def _check_tensorboard(args: argparse.Namespace) -> None:
@@ -590,14 +686,25 @@ def _train(args: argparse.Namespace) -> int:
         ]
         if args.tensorboard:
             writers.append(jl.loggers.TensorBoardWriter(out / "tensorboard"))
-        trainer = jl.Trainer(
-            algorithm,
-            env_id,
-            num_envs=settings.num_envs,
-            seed=settings.seed,
-            writers=writers,
-            progress=False if args.no_progress else None,
-        )
+        progress = False if args.no_progress else None
+        if _is_offline(algorithm):
+            trainer = jl.OfflineTrainer(
+                algorithm,
+                _load_dataset(settings.dataset),
+                env_id,
+                seed=settings.seed,
+                writers=writers,
+                progress=progress,
+            )
+        else:
+            trainer = jl.Trainer(
+                algorithm,
+                env_id,
+                num_envs=settings.num_envs,
+                seed=settings.seed,
+                writers=writers,
+                progress=progress,
+            )
         if args.resume is not None:
             trainer.restore(checkpoint)  # the steps it saves are the iterations
         return _run(trainer, checkpoint, settings, out, args)
@@ -632,6 +739,10 @@ def _run(
             trainer.save(checkpoint, metrics=_ranked(stats))
 
     where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
+    steps = "env steps"
+    if settings.dataset is not None:
+        where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"
+        steps = "dataset rows"
     if args.resume is None:
         print(f"Training {where}; run folder {out} (the first iteration compiles)", flush=True)
     elif jl.AnyOf(*conditions)(trainer.history):
@@ -639,7 +750,7 @@ def _run(
         return 0
     else:
         print(
-            f"Resuming {where} from env step {trainer.counters.env_steps}; run folder {out}",
+            f"Resuming {where} from {steps[:-1]} {trainer.counters.env_steps}; run folder {out}",
             flush=True,
         )
     with _Interrupted(trainer) as interrupted:
@@ -653,7 +764,7 @@ def _run(
     if interrupted.signal is not None:
         print(
             f"Stopped by {signal.Signals(interrupted.signal).name} after "
-            f"{trainer.counters.env_steps} env steps; checkpoint {trainer.counters.iteration} "
+            f"{trainer.counters.env_steps} {steps}; checkpoint {trainer.counters.iteration} "
             f"saved in {out / CHECKPOINTS}; continue with: jaxlearner train --resume {out}",
             flush=True,
         )
@@ -661,7 +772,7 @@ def _run(
     reached = last.get("eval/return_mean", float("nan"))
     tensorboard = f"\n  tensorboard: tensorboard --logdir {out / 'tensorboard'}"
     print(
-        f"Done: {trainer.counters.env_steps} env steps in {trainer.counters.time_total_s:.1f} s, "
+        f"Done: {trainer.counters.env_steps} {steps} in {trainer.counters.time_total_s:.1f} s, "
         f"evaluation return {reached:.1f}.\n"
         f"  metrics:     {out / METRICS_FILE}\n"
         f"  checkpoints: {out / CHECKPOINTS}\n"
@@ -718,16 +829,7 @@ def _eval(args: argparse.Namespace) -> int:
     video = _video_path(args)
     if video is not None or args.render is not None:
         _check_rendering(info["env"])
-    options = {"read_only": True}
-    if args.best:
-        options["best_metric"] = "eval/return_mean"
-    with jl.CheckpointManager(run / CHECKPOINTS, **options) as checkpoint:
-        if checkpoint.latest_step() is None:
-            raise _UsageError(f"{run / CHECKPOINTS} holds no checkpoint")
-        step = checkpoint.best_step() if args.best else args.step
-        if step is not None and step not in checkpoint.all_steps():
-            raise _UsageError(f"no checkpoint step {step}; steps: {list(checkpoint.all_steps())}")
-        step = checkpoint.latest_step() if step is None else step
+    step = _checkpoint_step(run, args)
     learner, state = jl.restore(run / CHECKPOINTS, step)
     algorithm = jl.algorithms.algorithm_for(learner)
     runner = EnvRunner(info["env"], num_envs=args.episodes, seed=args.seed)
@@ -749,6 +851,54 @@ def _eval(args: argparse.Namespace) -> int:
     )
     if args.render is not None or video is not None:
         _play_episode(info["env"], algorithm, state, video, args)
+    return 0
+
+
+def _checkpoint_step(run: pathlib.Path, args: argparse.Namespace) -> int:
+    """The step ``--best`` or ``--step`` names, else the latest; checked to exist."""
+    import jaxlearner as jl
+
+    options: dict[str, Any] = {"read_only": True}
+    if args.best:
+        options["best_metric"] = "eval/return_mean"
+    with jl.CheckpointManager(run / CHECKPOINTS, **options) as checkpoint:
+        if checkpoint.latest_step() is None:
+            raise _UsageError(f"{run / CHECKPOINTS} holds no checkpoint")
+        step = checkpoint.best_step() if args.best else args.step
+        if step is not None and step not in checkpoint.all_steps():
+            raise _UsageError(f"no checkpoint step {step}; steps: {list(checkpoint.all_steps())}")
+        return checkpoint.latest_step() if step is None else step
+
+
+def _record(args: argparse.Namespace) -> int:
+    """Records ``--episodes`` episodes of a run's policy into the dataset folder ``--out``."""
+    from jaxlearner.training.record import record_run
+
+    run, info = _read_run(args.run)
+    step = _checkpoint_step(run, args)
+    try:
+        dataset = record_run(
+            run / CHECKPOINTS,
+            info["env"],
+            step,
+            args.episodes,
+            args.out,
+            explore=args.explore,
+            num_envs=args.num_envs,
+            seed=args.seed,
+            source={"run": str(run), "algorithm": info["algorithm"]},
+        )
+    except FileExistsError as error:
+        raise _UsageError(f"--out {error}") from None
+    returns = dataset.episode_returns()
+    print(
+        f"Recorded {dataset.num_episodes} episodes ({dataset.num_steps} steps) of "
+        f"{info['algorithm']} on {info['env']}, checkpoint step {step}, "
+        f"{dataset.source['policy']} policy: return {returns.mean():.1f} (min "
+        f"{returns.min():.1f}, max {returns.max():.1f})\n"
+        f"  dataset: {args.out}\n"
+        f"  train:   jaxlearner train bc --dataset {args.out}"
+    )
     return 0
 
 

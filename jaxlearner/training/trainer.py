@@ -27,7 +27,13 @@ from typing import Any, Literal, final
 import jax
 import numpy as np
 
-from jaxlearner.algorithms import Algorithm, OnPolicyAlgorithm, algorithm_for, replay_buffer
+from jaxlearner.algorithms import (
+    Algorithm,
+    OfflineAlgorithm,
+    OnPolicyAlgorithm,
+    algorithm_for,
+    replay_buffer,
+)
 from jaxlearner.algorithms.spaces import check_recipe_spaces
 from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
@@ -123,7 +129,13 @@ class Trainer:
         progress: bool | None = None,
         state: LearnerState | None = None,
     ) -> None:
-        algorithm = learner if isinstance(learner, Algorithm) else algorithm_for(learner)
+        offline = isinstance(learner, OfflineAlgorithm)
+        algorithm = learner if isinstance(learner, Algorithm) or offline else algorithm_for(learner)
+        if not isinstance(algorithm, Algorithm):  # an offline algorithm collects nothing
+            raise TypeError(
+                f"{algorithm.name} trains on a recorded dataset, not on its own experience; use "
+                "jl.OfflineTrainer(learner, dataset)."
+            )
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         self._algorithm = algorithm

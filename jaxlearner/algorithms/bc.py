@@ -1,0 +1,205 @@
+"""Behaviour cloning with RLlib's semantics: maximise the log-likelihood of a dataset's actions.
+
+Pomerleau 1991, "Efficient Training of Artificial Neural Networks for
+Autonomous Navigation", https://doi.org/10.1162/neco.1991.3.1.88. RLlib's BC
+is MARWIL with ``beta = 0`` (:mod:`jaxlearner.algorithms.marwil`); as in RLlib's
+new API stack its module is a policy alone (no value function). Field names
+and defaults follow RLlib's ``BCConfig``:
+
+=================================  =========  ==============================================
+field                              default    meaning (RLlib's name where it differs)
+=================================  =========  ==============================================
+``lr``                             1e-4       Adam learning rate; constant or schedule
+``grad_clip``                      None       clip threshold (``grad_clip_by``: global_norm)
+``train_batch_size``               2000       rows per gradient update
+``dataset_num_iters_per_learner``  None       updates per iteration; None: one pass
+``hidden_sizes``                   (256,256)  ``fcnet_hiddens``
+``activation``                     "tanh"     ``fcnet_activation``
+=================================  =========  ==============================================
+
+``total = -mean(log pi(a | obs))`` over the batch's rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlearner.algorithms.algorithm import OfflineAlgorithm
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.config import check_positive_int, check_schedule, freeze_schedule
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.encoders import encoder_for
+from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
+from jaxlearner.algorithms.models import PolicyHead, Tower, distribution_for
+from jaxlearner.algorithms.spaces import bounds
+from jaxlearner.core.context import LossContext
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.schedules import ScheduleLike
+from jaxlearner.types import Batch, Params
+
+MODULE_ID = "default_policy"
+
+
+@dataclasses.dataclass(frozen=True)
+class BCConfig:
+    """BC's configuration; see the module docstring for each field and RLlib's default."""
+
+    lr: ScheduleLike = 1e-4
+    grad_clip: float | None = None
+    grad_clip_by: str = "global_norm"
+    train_batch_size: int = 2000
+    dataset_num_iters_per_learner: int | None = None
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_schedule("BCConfig", lr=self.lr)
+        check_positive_int("BCConfig", train_batch_size=self.train_batch_size)
+        if self.dataset_num_iters_per_learner is not None:
+            check_positive_int(
+                "BCConfig", dataset_num_iters_per_learner=self.dataset_num_iters_per_learner
+            )
+        if self.grad_clip_by not in CLIP_MODES:
+            raise ValueError(
+                f"BCConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
+            )
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "lr", freeze_schedule(self.lr))
+
+
+def bc_loss(distribution: DistributionSpec):
+    """BC's loss for a policy with ``distribution``; ``loss(params, batch, ctx)``.
+
+    The batch holds ``[B]`` rows of ``obs`` and ``actions``; the model maps
+    observations to distribution inputs.
+
+    Returns:
+      A loss returning ``(-mean(log pi(actions | obs)), metrics)`` with
+      ``policy_loss`` and ``entropy``.
+
+    Example:
+      >>> loss = bc_loss(distribution_for(env.action_space))  # doctest: +SKIP
+      >>> total, metrics = loss(params, batch, ctx)          # doctest: +SKIP
+    """
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        policy = make_distribution(distribution, ctx.apply(params, batch["obs"]))
+        policy_loss = -jnp.mean(policy.log_prob(batch["actions"]))
+        return policy_loss, {"policy_loss": policy_loss, "entropy": jnp.mean(policy.entropy())}
+
+    return loss
+
+
+def policy_model(
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: BCConfig
+) -> Tower:
+    """``obs -> dist_inputs``: an encoder and a policy head (params ``encoder``, ``head``).
+
+    The same layers as the ``actor`` of :func:`~jaxlearner.algorithms.models.actor_critic`
+    (MARWIL's), so a MARWIL actor's params are a BC model's params.
+    """
+    head = PolicyHead(distribution_for(action_space), log_std_init=config.log_std_init)
+    return Tower(encoder_for(observation_space, config.hidden_sizes, config.activation), head)
+
+
+def make_learner(
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: BCConfig
+) -> Learner:
+    """BC's learner: one policy module, one gradient step per ``update``.
+
+    Use :func:`bc` (or ``RECIPE.learner``), which also makes the typed config.
+    """
+    distribution = distribution_for(action_space)
+    optimizer = Optimizer(
+        optax.adam,
+        learning_rate=config.lr,
+        grad_clip=config.grad_clip,
+        grad_clip_by=config.grad_clip_by,
+    )
+    spec = ModuleSpec(
+        policy_model(observation_space, action_space, config),
+        bc_loss(distribution),
+        optimizer,
+        init_input=lambda batch: batch["obs"],
+    )
+    return Learner(
+        {MODULE_ID: spec},
+        minibatch_size=None,
+        num_epochs=1,
+        shuffle=False,
+        batch_layout={MODULE_ID: batch_layout(observation_space, distribution, returns=False)},
+        recipe=recipe_json("bc", observation_space, action_space, config),
+    )
+
+
+def make_algorithm(
+    learner: Learner, action_space: gymnasium.Space, config: BCConfig
+) -> OfflineAlgorithm:
+    """BC around ``learner`` (one of :func:`make_learner`): act functions and rows."""
+    model = learner.specs[MODULE_ID].model
+    distribution = distribution_for(action_space)
+    act = make_act(model, distribution, bounds(action_space), lambda out: out)
+    return OfflineAlgorithm(
+        name="bc",
+        module_id=MODULE_ID,
+        learner=learner,
+        config=config,
+        explore=lambda module, obs, key: act(module, obs, key, False),
+        exploit=lambda module, obs, key: act(module, obs, key, True),
+        rows=imitation_rows(distribution),
+        train_batch_size=config.train_batch_size,
+        updates_per_iteration=config.dataset_num_iters_per_learner,
+    )
+
+
+RECIPE = BuiltinAlgorithm("bc", BCConfig, make_learner, make_algorithm)
+"""BC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+
+
+def build(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: BCConfig | dict[str, Any] | None = None,
+) -> OfflineAlgorithm:
+    """BC's :class:`~jaxlearner.algorithms.OfflineAlgorithm` (learner, act and rows).
+
+    Args:
+      observation_space: one environment's observation space.
+      action_space: one environment's action space (``Discrete``,
+        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
+      config: a :class:`BCConfig`, a dict of its fields, or ``None``.
+
+    Raises:
+      ValueError: on unknown config fields (valid names listed) or invalid values.
+      TypeError: on unsupported spaces.
+
+    Example:
+      >>> algorithm = jl.algorithms.build("bc", env.observation_space, env.action_space)
+      ... # doctest: +SKIP
+    """
+    return RECIPE.build(observation_space, action_space, config)
+
+
+def bc(
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: BCConfig | dict[str, Any] | None = None,
+) -> Learner:
+    """A BC :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
+
+    Example:
+      >>> import gymnasium as gym, jax, jaxlearner as jl
+      >>> env = gym.make("CartPole-v1")
+      >>> learner = jl.algorithms.bc(env.observation_space, env.action_space, {"lr": 1e-3})
+      >>> state = learner.init(jax.random.key(0))
+    """
+    return RECIPE.learner(observation_space, action_space, config)

@@ -1,0 +1,341 @@
+"""OfflineTrainer: step / eval / run of an offline algorithm (BC, MARWIL) on a recorded dataset.
+
+The offline counterpart of :class:`~jaxlearner.Trainer`, with the same
+surface (``step``, ``eval``, ``run``, ``save``, ``restore``, ``history``,
+``counters``), so stop conditions, writers and the command line work alike.
+The dataset's steps become the algorithm's rows once, on the device; each
+:meth:`OfflineTrainer.step` runs one compiled loop of gradient updates on
+batches drawn from them (:func:`~jaxlearner.algorithms.offline.make_offline_updates`);
+:meth:`OfflineTrainer.eval` plays whole episodes in the environment with the
+deterministic policy. ``env_steps`` counts the dataset rows trained on (as
+RLlib counts rows read from a dataset), so ``MaxEnvSteps`` and
+``steps_per_eval`` are in rows.
+
+Everything is checked before anything compiles: the algorithm's kind, the
+dataset's spaces against the learner's and the environment's, and one batch of
+rows against the learner's batch layout.
+
+Example:
+  >>> import jaxlearner as jl
+  >>> dataset = jl.load_dataset("data/cartpole")                          # doctest: +SKIP
+  >>> learner = jl.algorithms.bc(*dataset.spaces(), {"lr": 1e-3})          # doctest: +SKIP
+  >>> trainer = jl.OfflineTrainer(learner, dataset)                        # doctest: +SKIP
+  >>> history = trainer.run([jl.RewardBound(475.0)], steps_per_eval=50_000)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, final
+
+import jax
+import numpy as np
+
+from jaxlearner.algorithms import algorithm_for
+from jaxlearner.algorithms.algorithm import OfflineAlgorithm
+from jaxlearner.algorithms.offline import make_offline_updates, updates_per_iteration
+from jaxlearner.checkpoint import metadata as checkpoint_metadata
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.placement import DevicesLike
+from jaxlearner.core.state import LearnerState
+from jaxlearner.training.datasets import Dataset, check_dataset_spaces, load_dataset
+from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
+from jaxlearner.training.loggers import ProgressBar, Writer, flatten_metrics
+from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, StopCondition
+from jaxlearner.training.trainer import TrainerCounters
+
+
+@final
+class OfflineTrainer:
+    """Trains an offline algorithm on a dataset; evaluates it in a gymnasium environment.
+
+    Args:
+      learner: a learner from ``jl.algorithms.bc/marwil(...)`` (its algorithm
+        is derived from it) or an :class:`~jaxlearner.algorithms.OfflineAlgorithm`.
+      dataset: a :class:`~jaxlearner.training.datasets.Dataset` or a dataset folder.
+      env: the evaluation environment (an id, an env factory, ...); default: the
+        dataset's ``env``.
+      env_config: keyword arguments for ``gymnasium.make`` or the factory.
+      eval_episodes: episodes per :meth:`eval` (one per evaluation env).
+      seed: seeds the learner's init, the batches drawn and the evaluations.
+      devices: as for :class:`~jaxlearner.Trainer`.
+      writers: metric writers.
+      progress: show a progress bar; ``None`` shows one on a terminal.
+      state: a learner state to start from instead of ``learner.init``.
+
+    Raises:
+      TypeError: for an algorithm that is not offline.
+      ValueError: when the dataset's spaces differ from the learner's or the
+        environment's, the dataset has no ``env`` and none is given, or it
+        holds fewer rows than one batch.
+
+    Example:
+      >>> dataset = jl.load_dataset("data/cartpole")                      # doctest: +SKIP
+      >>> learner = jl.algorithms.marwil(*dataset.spaces(), {"beta": 0.5})  # doctest: +SKIP
+      >>> trainer = jl.OfflineTrainer(learner, dataset, eval_episodes=5)   # doctest: +SKIP
+      >>> trainer.step()["default_policy/policy_loss"]                     # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        learner: Learner | OfflineAlgorithm,
+        dataset: Dataset | str | os.PathLike[str],
+        env: EnvLike | None = None,
+        *,
+        env_config: Mapping[str, Any] | None = None,
+        eval_episodes: int = 10,
+        seed: int = 0,
+        devices: DevicesLike = None,
+        writers: Sequence[Writer] = (),
+        progress: bool | None = None,
+        state: LearnerState | None = None,
+    ) -> None:
+        algorithm = learner if isinstance(learner, OfflineAlgorithm) else None
+        if algorithm is None and isinstance(learner, Learner):
+            found = algorithm_for(learner)
+            algorithm = found if isinstance(found, OfflineAlgorithm) else None
+        if algorithm is None:
+            name = getattr(learner, "name", None) or type(learner).__name__
+            raise TypeError(
+                f"OfflineTrainer trains offline algorithms (bc, marwil); got {name}. Train "
+                "algorithms that collect their own experience with jl.Trainer."
+            )
+        if devices is not None:
+            algorithm = algorithm.with_learner(algorithm.learner.on(devices))
+        self._algorithm = algorithm
+        if type(eval_episodes) is not int or eval_episodes < 1:
+            raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
+        self._dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+        recipe = self.learner.recipe or {}
+        check_dataset_spaces(
+            self._dataset,
+            recipe.get("observation_space"),
+            recipe.get("action_space"),
+            against="the learner",
+        )
+        env = self._dataset.env if env is None else env
+        if env is None:
+            raise ValueError(
+                "The dataset names no environment to evaluate in; pass env= (a gymnasium id or "
+                "an env factory)."
+            )
+        self._eval_runner = EnvRunner(env, num_envs=eval_episodes, env_config=env_config)
+        check_dataset_spaces(
+            self._dataset, self._eval_runner.observation_space, self._eval_runner.action_space
+        )
+        self._updates_count = updates_per_iteration(algorithm, self._dataset.num_steps)
+        self._seed = seed
+        init_key, self._key = jax.random.split(jax.random.key(seed))
+        self._state = (
+            self.learner.init(init_key) if state is None else self.learner.placement.put(state)
+        )
+        rows = jax.jit(algorithm.rows)(self._dataset.columns)
+        first = jax.tree.map(lambda column: column[: algorithm.train_batch_size], rows)
+        self.learner.validate(self._state, {algorithm.module_id: first})
+        self._rows = self.learner.placement.put(rows)
+        self._updates = jax.jit(
+            make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
+        )
+        self._writers = tuple(writers)
+        self._progress_enabled = progress
+        self.counters = TrainerCounters()
+        self.history: list[dict[str, float]] = []
+        self._stop_requested = False
+
+    @property
+    def algorithm(self) -> OfflineAlgorithm:
+        """The algorithm being trained."""
+        return self._algorithm
+
+    @property
+    def learner(self) -> Learner:
+        """The learner being trained."""
+        return self._algorithm.learner
+
+    @property
+    def dataset(self) -> Dataset:
+        """The dataset trained on."""
+        return self._dataset
+
+    @property
+    def state(self) -> LearnerState:
+        """The current learner state."""
+        return self._state
+
+    @property
+    def rows_per_iteration(self) -> int:
+        """Rows trained on per :meth:`step`: updates times ``train_batch_size``."""
+        return self._updates_count * self._algorithm.train_batch_size
+
+    def request_stop(self) -> None:
+        """Asks :meth:`run` to return once the iteration in flight is done (signal-safe)."""
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether :meth:`request_stop` was called since :meth:`run` last started."""
+        return self._stop_requested
+
+    def step(self) -> dict[str, float]:
+        """One iteration: :attr:`rows_per_iteration` rows in gradient updates of one batch each.
+
+        Returns:
+          A flat dict: ``iteration``, ``env_steps`` (rows trained on, lifetime),
+          ``env_steps_per_s`` (rows per second), ``time_this_iter_s``, ``time_total_s`` and the
+          learner's metrics of the last update, flattened.
+        """
+        start = time.perf_counter()
+        self._key, update_key = jax.random.split(self._key)
+        self._state, metrics = self._updates(self._state, self._rows, update_key)
+        learner_metrics = flatten_metrics(jax.device_get(metrics))
+        elapsed = time.perf_counter() - start
+        counters = self.counters
+        counters.iteration += 1
+        counters.env_steps += self.rows_per_iteration
+        counters.time_total_s += elapsed
+        stats = {
+            "iteration": float(counters.iteration),
+            "env_steps": float(counters.env_steps),
+            "env_steps_per_s": self.rows_per_iteration / max(elapsed, 1e-9),
+            "time_this_iter_s": elapsed,
+            "time_total_s": counters.time_total_s,
+            **learner_metrics,
+        }
+        self.history.append(stats)
+        for writer in self._writers:
+            writer.write(counters.iteration, stats)
+        return stats
+
+    def eval(self, deterministic: bool = True) -> dict[str, float]:
+        """One whole episode in each evaluation env, from a fresh reset.
+
+        Returns:
+          ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
+        """
+        start = time.perf_counter()
+        policy = self._algorithm.exploit if deterministic else self._algorithm.explore
+        self._key, eval_key = jax.random.split(self._key)
+        module = self.learner.placement.get(self._state).modules[self._algorithm.module_id]
+        results = evaluate(
+            self._eval_runner,
+            policy,
+            module,
+            eval_key,
+            seed=self._seed + 10_000 + self.counters.iteration,
+        )
+        self.counters.time_total_s += time.perf_counter() - start
+        return results
+
+    def run(
+        self,
+        stop_conditions: StopCondition | Sequence[StopCondition] = (),
+        steps_per_eval: int | None = None,
+        max_iterations: int | None = None,
+        on_iteration: Callable[[dict[str, float]], None] | None = None,
+    ) -> list[dict[str, float]]:
+        """Steps until a stop condition holds; evaluates every ``steps_per_eval`` rows.
+
+        As :meth:`jaxlearner.Trainer.run`, with ``env_steps`` counting rows trained on.
+
+        Raises:
+          ValueError: when there is neither a stop condition nor ``max_iterations``.
+        """
+        if not isinstance(stop_conditions, Sequence):
+            stop_conditions = [stop_conditions]
+        conditions = list(stop_conditions)
+        if not conditions and max_iterations is None:
+            raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
+        stop = AnyOf(*conditions) if conditions else (lambda history: False)
+        total = next((c.steps for c in conditions if isinstance(c, MaxEnvSteps)), None)
+        bar = ProgressBar(total=total, enabled=self._progress_enabled)
+        next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
+        ran: list[dict[str, float]] = []
+        self._stop_requested = False
+        try:
+            while not self._stop_requested and (
+                max_iterations is None or len(ran) < max_iterations
+            ):
+                stats = self.step()
+                if next_eval is not None and self.counters.env_steps >= next_eval:
+                    evaluation = {f"eval/{k}": v for k, v in self.eval().items()}
+                    stats.update(evaluation, time_total_s=self.counters.time_total_s)
+                    next_eval = self.counters.env_steps + steps_per_eval
+                    for writer in self._writers:
+                        writer.write(
+                            self.counters.iteration,
+                            {**evaluation, "env_steps": stats["env_steps"]},
+                        )
+                ran.append(stats)
+                bar.update(stats)
+                if on_iteration is not None:
+                    on_iteration(stats)
+                if stop(self.history):
+                    break
+        finally:
+            bar.close()
+        return ran
+
+    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
+        """Saves the learner state, counters, history, key and seed; returns the step (the
+        iteration).
+
+        The dataset is not copied: the checkpoint records its size and source.
+        """
+        step = self.counters.iteration
+        if metrics is None:
+            metrics = self.history[-1] if self.history else {}
+        extra = {
+            "trainer": dataclasses.asdict(self.counters),
+            "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
+            "seed": self._seed,
+            "dataset": {
+                "num_steps": self._dataset.num_steps,
+                "num_episodes": self._dataset.num_episodes,
+                "env": self._dataset.env,
+                "source": dict(self._dataset.source),
+            },
+        }
+        arrays = {"key": jax.random.key_data(self._key)}
+        checkpoint.save(
+            step, self._state, self.learner, metrics=dict(metrics), extra=extra, extra_arrays=arrays
+        )
+        return step
+
+    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
+        """Continues from a step saved by :meth:`save` (default: the latest).
+
+        Raises:
+          ValueError: when the step holds no offline trainer's state, or was
+            trained on a dataset of another size.
+        """
+        state = checkpoint.restore(self.learner, step)
+        extra, arrays = checkpoint.restore_extra(step)
+        if not isinstance(extra, dict) or "trainer" not in extra or arrays is None:
+            raise ValueError(
+                "This checkpoint step holds a learner state but no trainer state; restore it "
+                "with checkpoint.restore(learner) and pass state= to the OfflineTrainer instead."
+            )
+        saved_rows = extra.get("dataset", {}).get("num_steps")
+        if saved_rows is not None and saved_rows != self._dataset.num_steps:
+            raise ValueError(
+                f"The checkpoint was trained on a dataset of {saved_rows} steps; this one holds "
+                f"{self._dataset.num_steps}. Resume with the same dataset."
+            )
+        self._state = state
+        self.counters = TrainerCounters(**extra["trainer"])
+        self.history = [
+            {key: float(value) for key, value in entry.items()}
+            for entry in extra.get("history", [])
+        ]
+        self._key = jax.random.wrap_key_data(np.asarray(arrays["key"]))
+        self._seed = int(extra.get("seed", self._seed))  # evaluations reset from it
+
+    def close(self) -> None:
+        """Closes the evaluation environments and the writers."""
+        self._eval_runner.close()
+        for writer in self._writers:
+            writer.close()
