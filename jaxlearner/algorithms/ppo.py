@@ -26,7 +26,23 @@ field                       default         meaning (RLlib's name where it diffe
 ``vf_share_layers``         False           one encoder for policy and value
 ``hidden_sizes``            (256, 256)      ``fcnet_hiddens``
 ``activation``              "tanh"          ``fcnet_activation``
+``use_lstm``                False           an LSTM (or GRU) after the MLP encoder
+``lstm_cell_size``          256             the cell's units
+``max_seq_len``             20              steps per training sequence
+``recurrent_cell``          "lstm"          ``"lstm"`` or ``"gru"`` (jaxlearner's; RLlib has LSTM)
 ==========================  ==============  =====================================================
+
+With ``use_lstm`` the model is recurrent
+(:func:`~jaxlearner.algorithms.recurrent.recurrent_actor_critic`): the act
+functions are :class:`~jaxlearner.algorithms.algorithm.RecurrentAct` values that
+carry the state from step to step (reset where an episode starts), and
+``postprocess`` cuts each environment's rollout into zero-padded sequences of
+``max_seq_len`` steps, each with the state it started from
+(:mod:`~jaxlearner.algorithms.sequences`), which :func:`recurrent_ppo_loss`
+unrolls. As in RLlib, ``minibatch_size`` counts env steps: a minibatch is
+``minibatch_size // max_seq_len`` sequences (a multiple of ``max_seq_len`` is
+required). There is no burn-in: each sequence starts from the state stored
+when it was collected (RLlib's default).
 
 As in RLlib, ``total = mean(-surrogate + vf_loss_coeff * min((V - V_target)^2,
 vf_clip_param) - entropy_coeff * entropy) + kl_coeff * mean(KL)``. GAE
@@ -47,7 +63,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
+from jaxlearner.algorithms.algorithm import (
+    Experience,
+    OnPolicyAlgorithm,
+    PostprocessFn,
+    RecurrentAct,
+)
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -58,7 +79,14 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.recurrent import (
+    CELLS,
+    initial_carry,
+    recurrent_actor_critic,
+    unroll,
+)
 from jaxlearner.algorithms.returns import gae
+from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts, num_sequences
 from jaxlearner.algorithms.spaces import bounds, zero_observation
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
 from jaxlearner.core.context import LossContext
@@ -97,6 +125,10 @@ class PPOConfig:
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
     log_std_init: float = 0.0
+    use_lstm: bool = False
+    lstm_cell_size: int = 256
+    max_seq_len: int = 20
+    recurrent_cell: str = "lstm"
 
     def __post_init__(self) -> None:
         check_fraction("PPOConfig", gamma=self.gamma, lambda_=self.lambda_)
@@ -109,7 +141,10 @@ class PPOConfig:
             train_batch_size=self.train_batch_size,
             minibatch_size=self.minibatch_size,
             num_epochs=self.num_epochs,
+            lstm_cell_size=self.lstm_cell_size,
+            max_seq_len=self.max_seq_len,
         )
+        self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(
                 f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
@@ -124,6 +159,21 @@ class PPOConfig:
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         for name in ("lr", "clip_param", "entropy_coeff"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+
+    def _check_recurrent(self) -> None:
+        if not isinstance(self.use_lstm, bool):
+            raise TypeError(f"PPOConfig.use_lstm must be a bool; got {self.use_lstm!r}.")
+        if self.recurrent_cell not in CELLS:
+            raise ValueError(
+                f"PPOConfig.recurrent_cell must be one of {list(CELLS)}; got "
+                f"{self.recurrent_cell!r}."
+            )
+        if self.use_lstm and self.minibatch_size % self.max_seq_len:
+            raise ValueError(
+                f"PPOConfig.minibatch_size ({self.minibatch_size}) counts env steps and must be a "
+                f"multiple of max_seq_len ({self.max_seq_len}) with use_lstm=True: a minibatch "
+                f"is minibatch_size // max_seq_len whole sequences."
+            )
 
 
 def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
@@ -144,39 +194,83 @@ def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
 
     def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
         dist_inputs, values = ctx.apply(params, batch["obs"])
-        policy = make_distribution(distribution, dist_inputs)
-        behaviour = make_distribution(distribution, batch["dist_inputs"])
-        mask = batch["mask"]
-        count = jnp.maximum(mask.sum(), 1.0)
-        mean = lambda x: (x * mask).sum() / count
-        hp = ctx.hyperparams
-        ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
-        advantages = batch["advantages"]
-        clip = hp["clip_param"]
-        surrogate = jnp.minimum(
-            ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
-        )
-        vf_error = (values - batch["value_targets"]) ** 2
-        vf_loss = jnp.minimum(vf_error, hp["vf_clip_param"])
-        entropy = policy.entropy()
-        kl = behaviour.kl(policy)
-        total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
-        if use_kl_loss:
-            total = total + ctx.extra["kl_coeff"] * mean(kl)
-        targets = batch["value_targets"]
-        target_var = mean((targets - mean(targets)) ** 2)
-        explained = 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
-        return total, {
-            "policy_loss": -mean(surrogate),
-            "vf_loss": mean(vf_loss),
-            "vf_loss_unclipped": mean(vf_error),
-            "entropy": mean(entropy),
-            "mean_kl": mean(kl),
-            "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
-            "vf_explained_var": explained,
-        }
+        return ppo_objective(distribution, use_kl_loss, dist_inputs, values, batch, ctx)
 
     return loss
+
+
+def recurrent_ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+    """PPO's loss for a recurrent model, on ``[B, L]`` sequences; ``loss(params, batch, ctx)``.
+
+    The batch holds sequences ``[B, L, ...]`` of the same keys as
+    :func:`ppo_loss` (``mask [B, L]`` is 0 on padding and on steps not to
+    train on), plus ``is_first [B, L]`` (an episode starts: the carry is
+    zeroed) and ``state_in``, the carry each sequence starts from (leaves
+    ``[B, cell_size]``). The model (``ctx.apply(params, carry, obs,
+    is_first)``, one step) is unrolled over ``L`` with ``lax.scan``
+    (:func:`~jaxlearner.algorithms.recurrent.unroll`); the objective is
+    :func:`ppo_loss`'s over the ``B * L`` steps, padding masked out.
+
+    Returns:
+      A loss returning ``(total, metrics)``, the metrics of :func:`ppo_loss`.
+    """
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        _, (dist_inputs, values) = unroll(
+            ctx.apply, params, batch["state_in"], batch["obs"], batch["is_first"]
+        )
+        steps = {k: v for k, v in batch.items() if k not in ("state_in", "is_first", "obs")}
+        rows = lambda x: x.reshape(-1, *x.shape[2:])
+        flat = jax.tree.map(rows, steps)
+        return ppo_objective(distribution, use_kl_loss, rows(dist_inputs), rows(values), flat, ctx)
+
+    return loss
+
+
+def ppo_objective(
+    distribution: DistributionSpec,
+    use_kl_loss: bool,
+    dist_inputs: jax.Array,
+    values: jax.Array,
+    batch: Batch,
+    ctx: LossContext,
+) -> tuple[jax.Array, dict]:
+    """PPO's masked objective given the model's outputs ``dist_inputs [B, P]``, ``values [B]``.
+
+    ``batch`` holds ``[B]`` rows of ``actions``, ``logp``, ``dist_inputs``,
+    ``advantages``, ``value_targets`` and ``mask``; see :func:`ppo_loss`.
+    """
+    policy = make_distribution(distribution, dist_inputs)
+    behaviour = make_distribution(distribution, batch["dist_inputs"])
+    mask = batch["mask"]
+    count = jnp.maximum(mask.sum(), 1.0)
+    mean = lambda x: (x * mask).sum() / count
+    hp = ctx.hyperparams
+    ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
+    advantages = batch["advantages"]
+    clip = hp["clip_param"]
+    surrogate = jnp.minimum(
+        ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    )
+    vf_error = (values - batch["value_targets"]) ** 2
+    vf_loss = jnp.minimum(vf_error, hp["vf_clip_param"])
+    entropy = policy.entropy()
+    kl = behaviour.kl(policy)
+    total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
+    if use_kl_loss:
+        total = total + ctx.extra["kl_coeff"] * mean(kl)
+    targets = batch["value_targets"]
+    target_var = mean((targets - mean(targets)) ** 2)
+    explained = 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
+    return total, {
+        "policy_loss": -mean(surrogate),
+        "vf_loss": mean(vf_loss),
+        "vf_loss_unclipped": mean(vf_error),
+        "entropy": mean(entropy),
+        "mean_kl": mean(kl),
+        "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
+        "vf_explained_var": explained,
+    }
 
 
 def make_learner(
@@ -186,28 +280,50 @@ def make_learner(
 ) -> Learner:
     """PPO's learner: one actor-critic module trained in minibatch epochs.
 
+    With ``use_lstm`` the model is recurrent and the learner trains on
+    sequences: its rows are ``[max_seq_len]`` steps, and its minibatches
+    ``minibatch_size // max_seq_len`` sequences.
+
     Use :func:`ppo` (or ``RECIPE.learner``), which also makes the typed config.
     """
-    model = actor_critic(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        share_encoder=config.vf_share_layers,
-        log_std_init=config.log_std_init,
-    )
     distribution = distribution_for(action_space)
+    common = {
+        "hidden_sizes": config.hidden_sizes,
+        "activation": config.activation,
+        "share_encoder": config.vf_share_layers,
+        "log_std_init": config.log_std_init,
+    }
+    if config.use_lstm:
+        model = recurrent_actor_critic(
+            observation_space,
+            action_space,
+            cell=config.recurrent_cell,
+            cell_size=config.lstm_cell_size,
+            **common,
+        )
+        loss = recurrent_ppo_loss(distribution, config.use_kl_loss)
+        init_input = lambda batch: (batch["state_in"], batch["obs"][:, 0], batch["is_first"][:, 0])
+        layout = _sequence_batch_layout(observation_space, distribution, model, config.max_seq_len)
+        minibatch_size = config.minibatch_size // config.max_seq_len
+    else:
+        model = actor_critic(observation_space, action_space, **common)
+        loss = ppo_loss(distribution, config.use_kl_loss)
+        init_input = lambda batch: batch["obs"]
+        layout = _batch_layout(observation_space, distribution)
+        minibatch_size = config.minibatch_size
     return Learner(
-        {MODULE_ID: _module_spec(model, distribution, config)},
-        minibatch_size=config.minibatch_size,
+        {MODULE_ID: _module_spec(model, loss, init_input, config)},
+        minibatch_size=minibatch_size,
         num_epochs=config.num_epochs,
         shuffle=config.shuffle,
-        batch_layout={MODULE_ID: _batch_layout(observation_space, distribution)},
+        batch_layout={MODULE_ID: layout},
         recipe=recipe_json("ppo", observation_space, action_space, config),
     )
 
 
-def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig) -> ModuleSpec:
+def _module_spec(
+    model: Model, loss: Callable, init_input: Callable, config: PPOConfig
+) -> ModuleSpec:
     """The module: PPO's loss, Adam, the loss coefficients and the adaptive KL coefficient."""
     optimizer = Optimizer(
         optax.adam,
@@ -217,7 +333,7 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig
     )
     return ModuleSpec(
         model,
-        ppo_loss(distribution, config.use_kl_loss),
+        loss,
         optimizer,
         hyperparams={
             "clip_param": config.clip_param,
@@ -226,7 +342,7 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig
             "entropy_coeff": config.entropy_coeff,
         },
         additional_updates=[adaptive_kl_coeff(config.kl_coeff, config.kl_target)],
-        init_input=lambda batch: batch["obs"],
+        init_input=init_input,
         metric_reductions={"mean_kl": "mean"},
     )
 
@@ -237,86 +353,167 @@ def make_algorithm(
     """PPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
 
     They apply the learner's own model (``learner.specs["default_policy"].model``);
-    nothing is built but these functions.
+    nothing is built but these functions. With ``use_lstm`` the act functions
+    are :class:`~jaxlearner.algorithms.algorithm.RecurrentAct` values.
     """
     model = learner.specs[MODULE_ID].model
-    act = _act(model, distribution_for(action_space), bounds(action_space))
+    distribution, box = distribution_for(action_space), bounds(action_space)
+    if config.use_lstm:
+        act = _recurrent_act(model, distribution, box)
+        carry = functools.partial(initial_carry, model)
+        explore: Any = RecurrentAct(functools.partial(act, deterministic=False), carry)
+        exploit: Any = RecurrentAct(functools.partial(act, deterministic=True), carry)
+        postprocess = _recurrent_postprocess(model, config)
+    else:
+        feed_forward = _act(model, distribution, box)
+        explore = lambda module, obs, key: feed_forward(module, obs, key, False)
+        exploit = lambda module, obs, key: feed_forward(module, obs, key, True)
+        postprocess = _postprocess(model, config)
     return OnPolicyAlgorithm(
         name="ppo",
         module_id=MODULE_ID,
         learner=learner,
         config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
-        rollout_steps=functools.partial(_rollout_steps, config.train_batch_size),
-        postprocess=_postprocess(model, config),
+        explore=explore,
+        exploit=exploit,
+        rollout_steps=functools.partial(_rollout_steps, config),
+        postprocess=postprocess,
     )
 
 
+def _sample(
+    distribution: DistributionSpec,
+    box: tuple | None,
+    dist_inputs: jax.Array,
+    values: jax.Array,
+    key: jax.Array,
+    deterministic: bool,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """A sample (or the mode), clipped to a ``Box``; extras ``actions`` (unclipped), ``logp``,
+    ``vf_preds`` and ``dist_inputs``."""
+    policy = make_distribution(distribution, dist_inputs)
+    actions = policy.mode() if deterministic else policy.sample(key)
+    env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
+    return env_actions, {
+        "actions": actions,
+        "logp": policy.log_prob(actions),
+        "vf_preds": values,
+        "dist_inputs": dist_inputs,
+    }
+
+
 def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
-    """``act(module, obs, key, deterministic)``: sample (or the mode), clipped to a ``Box``;
-    extras ``actions`` (unclipped), ``logp``, ``vf_preds`` and ``dist_inputs``."""
+    """``act(module, obs, key, deterministic) -> (env_actions, extras)``; see :func:`_sample`."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         dist_inputs, values = model.apply(module.params, obs)
-        policy = make_distribution(distribution, dist_inputs)
-        actions = policy.mode() if deterministic else policy.sample(key)
-        env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
-        return env_actions, {
-            "actions": actions,
-            "logp": policy.log_prob(actions),
-            "vf_preds": values,
-            "dist_inputs": dist_inputs,
-        }
+        return _sample(distribution, box, dist_inputs, values, key, deterministic)
 
     return act
 
 
+def _recurrent_act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+    """``act(module, carry, obs, is_first, key, deterministic) -> (env_actions, extras, carry)``.
+
+    Extras as :func:`_act`'s, plus ``state_in`` (the carry given, before the
+    reset at ``is_first``) and ``is_first``, which postprocess replays from.
+    """
+
+    def act(module, carry, obs, is_first, key, deterministic: bool):
+        is_first = jnp.asarray(is_first, jnp.bool_)
+        next_carry, (dist_inputs, values) = model.apply(module.params, carry, obs, is_first)
+        env_actions, extras = _sample(distribution, box, dist_inputs, values, key, deterministic)
+        return env_actions, {**extras, "state_in": carry, "is_first": is_first}, next_carry
+
+    return act
+
+
+def _advantages(experience: Experience, next_values: jax.Array, config: PPOConfig) -> dict:
+    """GAE advantages (standardized over valid steps if configured), value targets and the
+    mask of valid steps, all ``[T, N]``."""
+    advantages, targets = gae(
+        experience["rewards"],
+        experience["vf_preds"],
+        next_values,
+        experience["terminated"],
+        experience["truncated"],
+        config.gamma,
+        config.lambda_,
+    )
+    mask = experience["valid"].astype(jnp.float32)
+    if config.normalize_advantages:
+        count = jnp.maximum(mask.sum(), 1.0)
+        mean = (advantages * mask).sum() / count
+        std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)
+        advantages = (advantages - mean) / jnp.maximum(std, 1e-4)
+    return {
+        "obs": experience["obs"],
+        "actions": experience["actions"],
+        "logp": experience["logp"],
+        "dist_inputs": experience["dist_inputs"],
+        "advantages": advantages,
+        "value_targets": targets,
+        "mask": mask,
+    }
+
+
 def _postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
-    """GAE advantages (standardized over valid rows if configured) and value targets."""
+    """GAE advantages and value targets, as ``[T * N]`` rows."""
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:
-        rewards = experience["rewards"]
-        steps, envs = rewards.shape
-        next_obs = experience["next_obs"]
-        flat_next = next_obs.reshape(steps * envs, *next_obs.shape[2:])
-        next_values = model.apply(module.params, flat_next)[1].reshape(steps, envs)
-        advantages, targets = gae(
-            rewards,
-            experience["vf_preds"],
-            next_values,
-            experience["terminated"],
-            experience["truncated"],
-            config.gamma,
-            config.lambda_,
-        )
-        mask = experience["valid"].astype(jnp.float32)
-        if config.normalize_advantages:
-            count = jnp.maximum(mask.sum(), 1.0)
-            mean = (advantages * mask).sum() / count
-            std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)
-            advantages = (advantages - mean) / jnp.maximum(std, 1e-4)
-        batch = {
-            "obs": experience["obs"],
-            "actions": experience["actions"],
-            "logp": experience["logp"],
-            "dist_inputs": experience["dist_inputs"],
-            "advantages": advantages,
-            "value_targets": targets,
-            "mask": mask,
-        }
-        return jax.tree.map(lambda x: x.reshape(steps * envs, *x.shape[2:]), batch)
+        steps, envs = experience["rewards"].shape
+        rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
+        next_values = model.apply(module.params, rows(experience["next_obs"]))[1]
+        batch = _advantages(experience, next_values.reshape(steps, envs), config)
+        return jax.tree.map(rows, batch)
 
     return postprocess
 
 
-def _rollout_steps(train_batch_size: int, num_envs: int) -> int:
-    if train_batch_size % num_envs:
+def _recurrent_postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
+    """GAE advantages and value targets as ``[S, max_seq_len]`` sequences with their start states.
+
+    The value of each ``next_obs`` needs the carry after its step: one model
+    step from the stored ``state_in`` (with its ``is_first`` reset), run for
+    all ``T * N`` steps at once, gives it; ``next_obs`` belongs to the same
+    episode (it is the final observation where the episode ended), so it is
+    not reset.
+    """
+
+    def postprocess(module: ModuleState, experience: Experience) -> Batch:
+        steps, envs = experience["rewards"].shape
+        rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
+        state_in, is_first = experience["state_in"], experience["is_first"]
+        apply = functools.partial(model.apply, module.params)
+        state_out, _ = apply(jax.tree.map(rows, state_in), rows(experience["obs"]), rows(is_first))
+        not_first = jnp.zeros(steps * envs, jnp.bool_)
+        next_values = apply(state_out, rows(experience["next_obs"]), not_first)[1][1]
+        batch = _advantages(experience, next_values.reshape(steps, envs), config)
+        # mask is 0 on padding too: chunk_sequences pads it with zeros.
+        sequences, _ = chunk_sequences({**batch, "is_first": is_first}, config.max_seq_len)
+        return {**sequences, "state_in": chunk_starts(state_in, config.max_seq_len)}
+
+    return postprocess
+
+
+def _rollout_steps(config: PPOConfig, num_envs: int) -> int:
+    if config.train_batch_size % num_envs:
         raise ValueError(
-            f"PPO's train_batch_size {train_batch_size} does not split over "
+            f"PPO's train_batch_size {config.train_batch_size} does not split over "
             f"{num_envs} environments; use a multiple of num_envs."
         )
-    return train_batch_size // num_envs
+    steps = config.train_batch_size // num_envs
+    if config.use_lstm:
+        sequences = num_sequences(steps, num_envs, config.max_seq_len)
+        minibatch = config.minibatch_size // config.max_seq_len
+        if sequences < minibatch:
+            raise ValueError(
+                f"PPO with use_lstm: {num_envs} environments x {steps} steps make {sequences} "
+                f"sequences of max_seq_len={config.max_seq_len}, fewer than one minibatch of "
+                f"{minibatch} (minibatch_size={config.minibatch_size}); lower minibatch_size or "
+                "raise train_batch_size."
+            )
+    return steps
 
 
 RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
@@ -384,3 +581,22 @@ def _batch_layout(observation_space: gymnasium.Space, distribution: Distribution
             "mask": row,
         },
     )
+
+
+def _sequence_batch_layout(
+    observation_space: gymnasium.Space,
+    distribution: DistributionSpec,
+    model: Model,
+    max_seq_len: int,
+) -> dict:
+    """The recurrent batch: :func:`_batch_layout`'s keys as ``[max_seq_len, ...]`` sequences,
+    ``is_first [max_seq_len]`` bool and ``state_in`` (one carry per sequence)."""
+    steps = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct((max_seq_len, *s.shape), s.dtype),
+        _batch_layout(observation_space, distribution),
+    )
+    carry = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), initial_carry(model, 1)
+    )
+    is_first = jax.ShapeDtypeStruct((max_seq_len,), np.dtype(np.bool_))
+    return {**steps, "is_first": is_first, "state_in": carry}
