@@ -117,3 +117,17 @@ def interrupted_and_resumed(make, directory, steps, seed=11):
     with jl.CheckpointManager(directory) as checkpoint:
         resumed.restore(checkpoint)
     return interrupted, resumed
+
+
+def masked_cartpole():
+    """CartPole-v1 with its velocities hidden: observations ``[x, theta]`` only.
+
+    A partially observed task: a policy must infer the velocities from the
+    observations it has seen, which a recurrent policy can and a feed-forward
+    one cannot.
+    """
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    space = gym.spaces.Box(env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]])
+    return gym.wrappers.TransformObservation(env, lambda obs: obs[[0, 2]], space)

@@ -86,7 +86,7 @@ from jaxlearner.algorithms.recurrent import (
     unroll,
 )
 from jaxlearner.algorithms.returns import gae
-from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts, num_sequences
+from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts
 from jaxlearner.algorithms.spaces import bounds, zero_observation
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
 from jaxlearner.core.context import LossContext
@@ -502,17 +502,8 @@ def _rollout_steps(config: PPOConfig, num_envs: int) -> int:
             f"PPO's train_batch_size {config.train_batch_size} does not split over "
             f"{num_envs} environments; use a multiple of num_envs."
         )
+    # With use_lstm, N * ceil(T / L) sequences >= train_batch_size / L >= one minibatch.
     steps = config.train_batch_size // num_envs
-    if config.use_lstm:
-        sequences = num_sequences(steps, num_envs, config.max_seq_len)
-        minibatch = config.minibatch_size // config.max_seq_len
-        if sequences < minibatch:
-            raise ValueError(
-                f"PPO with use_lstm: {num_envs} environments x {steps} steps make {sequences} "
-                f"sequences of max_seq_len={config.max_seq_len}, fewer than one minibatch of "
-                f"{minibatch} (minibatch_size={config.minibatch_size}); lower minibatch_size or "
-                "raise train_batch_size."
-            )
     return steps
 
 
