@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import (
+    MaskedJaxCartPole,
     assert_same_stats,
     interrupted_and_resumed,
     masked_cartpole,
@@ -17,7 +18,9 @@ from helpers import (
 )
 
 import jaxlearner as jl
+from jaxlearner import anakin
 from jaxlearner.algorithms.algorithm import RecurrentAct
+from jaxlearner.anakin import rollouts
 from jaxlearner.algorithms.recurrent import initial_carry, recurrent_actor_critic, unroll
 from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts, num_sequences
 from jaxlearner.training.env_runner import EnvRunner
@@ -258,6 +261,36 @@ def test_no_recompilation_after_the_first_iteration():
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []
+
+
+def test_anakin_carries_the_recurrent_state_through_rollouts_and_iterations():
+    algorithm = small_ppo()
+    env = MaskedJaxCartPole()
+    config = anakin.AnakinConfig(num_envs=2, num_iterations=2, eval_envs=2)
+    functions = anakin.make_anakin(algorithm, env, config)
+    state = jax.jit(functions.init)(jax.random.key(0))
+    assert state.memory.is_first.tolist() == [True, True]
+    state, metrics = jax.jit(functions.run)(state)
+    assert metrics["default_policy/total_loss"].shape == (2,)
+    assert np.isfinite(metrics["eval/return_mean"]).all()
+    # The memory came out of the last rollout: a state that has moved, episode starts marked.
+    assert float(jnp.abs(state.memory.carry["actor"]["h"]).sum()) > 0
+    # A rollout's sequences replay what the policy saw when it acted, resets included.
+    module = state.learner.modules["default_policy"]
+    rollout = rollouts.make_recurrent_rollout(algorithm, env, num_envs=2, num_steps=60)
+    _, _, memory, experience, episodes = jax.jit(rollout)(
+        module, state.env_states, state.obs, state.memory, jax.random.key(3)
+    )
+    assert int(episodes["num_episodes"]) > 0  # episode starts inside the sequences
+    batch = jax.jit(algorithm.postprocess)(module, experience)
+    model = algorithm.learner.specs["default_policy"].model
+    _, (dist_inputs, _) = unroll(
+        model.apply, module.params, batch["state_in"], batch["obs"], batch["is_first"]
+    )
+    real = batch["mask"] > 0
+    np.testing.assert_allclose(dist_inputs[real], batch["dist_inputs"][real], atol=1e-5)
+    with pytest.raises(TypeError, match="is recurrent; its rollout carries a Memory"):
+        rollouts.make_rollout(algorithm, env, 2, 10)
 
 
 @pytest.mark.slow

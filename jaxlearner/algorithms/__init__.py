@@ -36,6 +36,7 @@ from jaxlearner.algorithms.algorithm import (
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
     PrioritizedReplay,
+    RecurrentAct,
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm
 from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
@@ -119,6 +120,7 @@ __all__ = [
     "OnPolicyAlgorithm",
     "PPOConfig",
     "PrioritizedReplay",
+    "RecurrentAct",
     "SACConfig",
     "algorithm_for",
     "build",
