@@ -162,7 +162,14 @@ class MaskedJaxCartPole:
     def step(self, state, action, key):
         state, obs, reward, terminated, truncated, info = self._env.step(state, action, key)
         keep = jnp.array([0, 2])
-        return state, obs[keep], reward, terminated, truncated, {
-            **info,
-            "final_obs": info["final_obs"][keep],
-        }
+        return (
+            state,
+            obs[keep],
+            reward,
+            terminated,
+            truncated,
+            {
+                **info,
+                "final_obs": info["final_obs"][keep],
+            },
+        )
