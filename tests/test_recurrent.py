@@ -150,7 +150,7 @@ def test_learner_refuses_mismatched_sequence_lengths_before_compiling():
         learner.update(state, batch)
 
 
-def rollout_and_batch(algorithm, num_steps=10, seed=0):
+def rollout_and_batch(algorithm, num_steps=30, seed=0):
     """A rollout of 2 masked CartPoles collected with the recurrent explore, and its batch."""
     runner = EnvRunner(masked_cartpole, num_envs=2, seed=seed)
     state = algorithm.learner.init(jax.random.key(seed))
@@ -162,16 +162,18 @@ def rollout_and_batch(algorithm, num_steps=10, seed=0):
 
 def test_postprocess_sequences_replay_the_rollout(jit):
     algorithm = small_ppo()
-    state, module, rollout = rollout_and_batch(algorithm, num_steps=10)
+    state, module, rollout = rollout_and_batch(algorithm, num_steps=30)
     experience = rollout.experience()
     batch = maybe_jit(algorithm.postprocess, jit)(module, experience)
-    # 10 steps of 2 envs in sequences of 4: 3 per env, the last with 2 real steps.
-    assert batch["obs"].shape == (6, 4, 2) and batch["mask"].shape == (6, 4)
-    assert batch["mask"].sum(1).tolist() == [4, 4, 2] * 2
-    np.testing.assert_array_equal(batch["obs"][3, :4], experience["obs"][:4, 1])
-    # Sequence n * 3 + k starts at step 4 * k of env n, from the state stored there.
-    starts = lambda x: x[jnp.array([0, 4, 8])].swapaxes(0, 1).reshape(6, -1)
+    # 30 steps of 2 envs in sequences of 4: 8 per env, the last with 2 real steps.
+    assert batch["obs"].shape == (16, 4, 2) and batch["mask"].shape == (16, 4)
+    assert batch["mask"].sum(1).tolist() == ([4] * 7 + [2]) * 2
+    np.testing.assert_array_equal(batch["obs"][9, :4], experience["obs"][4:8, 1])
+    # Sequence n * 8 + k starts at step 4 * k of env n, from the state stored there.
+    starts = lambda x: x[::4].swapaxes(0, 1).reshape(16, -1)
     assert tree_equal(batch["state_in"], jax.tree.map(starts, experience["state_in"]))
+    # Episodes started inside sequences (the loss resets the state there).
+    assert rollout.episode_returns and bool(batch["is_first"][:, 1:].any())
     # Unrolling the stored sequences from their stored states reproduces what the policy saw
     # when it acted, episode resets included: the loss starts at ratio 1, KL 0.
     model = algorithm.learner.specs["default_policy"].model

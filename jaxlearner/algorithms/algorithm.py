@@ -162,11 +162,6 @@ class OnPolicyAlgorithm:
     rollout_steps: Callable[[int], int]
     postprocess: PostprocessFn
 
-    @property
-    def is_recurrent(self) -> bool:
-        """Whether ``explore`` is a :class:`RecurrentAct` (acts with a carried state)."""
-        return isinstance(self.explore, RecurrentAct)
-
     def with_learner(self, learner: Learner) -> OnPolicyAlgorithm:
         """The same algorithm around another learner of the same model (restored, re-placed)."""
         return dataclasses.replace(self, learner=learner)

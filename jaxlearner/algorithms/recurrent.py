@@ -100,7 +100,7 @@ class RecurrentActorCritic(nn.Module):
 
     Example:
       >>> box, two = gymnasium.spaces.Box(-1, 1, (2,)), gymnasium.spaces.Discrete(2)
-      >>> model = recurrent_actor_critic(box, two, (16,), cell_size=8)
+      >>> model = recurrent_actor_critic(box, two, (16,), cell_size=8, share_encoder=True)
       >>> carry = initial_carry(model, 4)
       >>> params = model.init(jax.random.key(0), carry, jnp.zeros((4, 2)), jnp.ones(4, bool))
       >>> carry, (dist_inputs, value) = model.apply(
