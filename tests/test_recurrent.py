@@ -240,8 +240,9 @@ def test_checkpoint_round_trip_of_an_lstm_learner(tmp_path):
 
 
 def test_trainer_resumes_an_lstm_run_exactly_with_its_recurrent_state(tmp_path):
+    algorithm = small_ppo()  # one algorithm: the three trainers share its compiled functions
+
     def make(seed=0):
-        algorithm = small_ppo()
         return jl.Trainer(algorithm, masked_cartpole, num_envs=2, seed=seed, progress=False)
 
     straight = make()
