@@ -11,6 +11,7 @@ import pytest
 from helpers import (
     MaskedJaxCartPole,
     assert_same_stats,
+    assert_trees_close,
     interrupted_and_resumed,
     masked_cartpole,
     maybe_jit,
@@ -237,6 +238,18 @@ def test_checkpoint_round_trip_of_an_lstm_learner(tmp_path):
         a.learner.update(s, batch) for a, s in ((algorithm, state), (again, restored))
     )
     assert tree_equal(after.modules, restored_after.modules)
+
+
+def test_sequences_train_data_parallel_as_on_one_device():
+    # Rows are sequences: on 8 devices each holds whole sequences of a minibatch of 8.
+    algorithm = small_ppo(minibatch_size=32)
+    state, module, rollout = rollout_and_batch(algorithm)
+    batch = {"default_policy": algorithm.postprocess(module, rollout.experience())}
+    one, _ = algorithm.learner.update(state, batch)
+    parallel = algorithm.learner.on("all")
+    assert parallel.placement.mesh.devices.size == 8
+    many, _ = parallel.update(parallel.placement.put(state), batch)
+    assert_trees_close(jax.device_get(many.modules), jax.device_get(one.modules), atol=1e-5)
 
 
 def test_trainer_resumes_an_lstm_run_exactly_with_its_recurrent_state(tmp_path):
