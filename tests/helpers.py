@@ -117,3 +117,59 @@ def interrupted_and_resumed(make, directory, steps, seed=11):
     with jl.CheckpointManager(directory) as checkpoint:
         resumed.restore(checkpoint)
     return interrupted, resumed
+
+
+def masked_cartpole():
+    """CartPole-v1 with its velocities hidden: observations ``[x, theta]`` only.
+
+    A partially observed task: a policy must infer the velocities from the
+    observations it has seen, which a recurrent policy can and a feed-forward
+    one cannot.
+    """
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    space = gym.spaces.Box(env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]])
+    return gym.wrappers.TransformObservation(env, lambda obs: obs[[0, 2]], space)
+
+
+class MaskedJaxCartPole:
+    """The pure-JAX CartPole-v1 of ``jaxlearner.anakin.envs`` with its velocities hidden, as
+    :func:`masked_cartpole`: observations ``[x, theta]``."""
+
+    def __init__(self):
+        from jaxlearner.anakin import envs
+
+        self._env = envs.make("CartPole-v1")
+
+    @property
+    def observation_space(self):
+        space = self._env.observation_space
+        return type(space)(space.low[[0, 2]], space.high[[0, 2]])
+
+    @property
+    def action_space(self):
+        return self._env.action_space
+
+    @property
+    def max_episode_steps(self):
+        return self._env.max_episode_steps
+
+    def reset(self, key):
+        state, obs = self._env.reset(key)
+        return state, obs[jnp.array([0, 2])]
+
+    def step(self, state, action, key):
+        state, obs, reward, terminated, truncated, info = self._env.step(state, action, key)
+        keep = jnp.array([0, 2])
+        return (
+            state,
+            obs[keep],
+            reward,
+            terminated,
+            truncated,
+            {
+                **info,
+                "final_obs": info["final_obs"][keep],
+            },
+        )

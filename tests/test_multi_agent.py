@@ -200,6 +200,12 @@ def test_a_learner_not_made_for_several_agents_is_refused():
         MultiAgentTrainer(learner, GridSpread, lambda agent: "default_policy")
 
 
+def test_recurrent_policies_are_refused_when_the_learner_is_built():
+    spaces = {"p": (gym.spaces.Box(-1, 1, (8,)), gym.spaces.Discrete(5))}
+    with pytest.raises(ValueError, match="feed-forward policies only; got use_lstm=True"):
+        jl.algorithms.multi_agent_ppo(spaces, {"use_lstm": True, "minibatch_size": 120})
+
+
 def test_policy_spaces_refuses_agents_of_one_policy_with_different_spaces():
     class Mixed(GridSpread):
         def action_space(self, agent):

@@ -44,6 +44,7 @@ from jaxlearner.algorithms.algorithm import (
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
     PrioritizedReplay,
+    RecurrentAct,
 )
 from jaxlearner.algorithms.appo import APPOConfig, appo, appo_loss
 from jaxlearner.algorithms.bc import BCConfig, bc, bc_loss
@@ -138,6 +139,7 @@ __all__ = [
     "OnPolicyAlgorithm",
     "PPOConfig",
     "PrioritizedReplay",
+    "RecurrentAct",
     "SACConfig",
     "algorithm_for",
     "appo",

@@ -53,6 +53,16 @@ Experience: TypeAlias = Mapping[str, jax.Array]
 ``terminated``, ``truncated``, ``next_obs``, ``valid`` and the act function's
 extras."""
 
+RecurrentActFn: TypeAlias = Callable[
+    [ModuleState, Any, jax.Array, jax.Array, jax.Array],
+    tuple[jax.Array, Mapping[str, Any], Any],
+]
+"""``act(module_state, carry, obs [N, ...], is_first [N], key) -> (env_actions, extras, carry)``.
+
+``is_first`` is true where an episode starts at this step: the act function
+zeroes that environment's carry before using it.
+"""
+
 PostprocessFn: TypeAlias = Callable[[ModuleState, Experience], Batch]
 """``postprocess(module_state, experience [T, N, ...]) -> batch [T * N, ...]``, pure."""
 
@@ -97,6 +107,42 @@ class PrioritizedReplay:
 
 @final
 @dataclasses.dataclass(frozen=True)
+class RecurrentAct:
+    """A recurrent act function and its initial state: what a loop needs to act with memory.
+
+    An algorithm with a recurrent model (PPO with ``use_lstm``) has
+    ``RecurrentAct`` values as its ``explore`` and ``exploit``. A loop keeps one
+    carry per environment across steps (and iterations), starting from
+    ``initial_carry(num_envs)``, and passes ``is_first`` (true at an
+    episode's first step, e.g. after a reset) so the carry is reset there; the
+    :class:`~jaxlearner.training.env_runner.EnvRunner` does this for any
+    ``RecurrentAct``. The act function returns, among its extras, the carry it
+    was given (``state_in``) and ``is_first``, so ``postprocess`` can replay
+    the rollout's sequences from their stored initial states.
+
+    Attributes:
+      act: see :data:`RecurrentActFn`.
+      initial_carry: ``initial_carry(num_envs) -> carry``, leaves ``[num_envs, ...]``.
+
+    Example:
+      >>> algorithm = jl.algorithms.build("ppo", obs_space, act_space, {"use_lstm": True})
+      ... # doctest: +SKIP
+      >>> carry = algorithm.explore.initial_carry(8)                      # doctest: +SKIP
+      >>> actions, extras, carry = algorithm.explore(module, carry, obs, is_first, key)
+      ... # doctest: +SKIP
+    """
+
+    act: RecurrentActFn
+    initial_carry: Callable[[int], Any]
+
+    def __call__(
+        self, module: ModuleState, carry: Any, obs: jax.Array, is_first: jax.Array, key: jax.Array
+    ) -> tuple[jax.Array, Mapping[str, Any], Any]:
+        return self.act(module, carry, obs, is_first, key)
+
+
+@final
+@dataclasses.dataclass(frozen=True)
 class OnPolicyAlgorithm:
     """An on-policy algorithm: trains once on each rollout, as ``postprocess`` shapes it.
 
@@ -105,12 +151,15 @@ class OnPolicyAlgorithm:
       module_id: the learner's (single) module.
       learner: the learner.
       config: the algorithm's typed config.
-      explore: the act function for collecting experience (sampling).
-      exploit: the deterministic act function for evaluation.
+      explore: the act function for collecting experience (sampling); a
+        :class:`RecurrentAct` for a recurrent model.
+      exploit: the deterministic act function for evaluation (a
+        :class:`RecurrentAct` for a recurrent model).
       rollout_steps: steps per sub-environment per training iteration, for
         the given number of environments: ``rollout_steps(num_envs)``.
       postprocess: ``(module_state, experience) -> batch`` of ``[T * N, ...]``
-        rows (e.g. GAE advantages), pure.
+        rows (e.g. GAE advantages), or of ``[S, max_seq_len, ...]`` sequences
+        for a recurrent model, pure.
       policy_lag: collect each rollout with the module state of this many
         updates ago (0: the current one), to train on stale experience as an
         asynchronous learner would (APPO's V-trace corrects for it). The
@@ -124,8 +173,8 @@ class OnPolicyAlgorithm:
     module_id: str
     learner: Learner
     config: Any
-    explore: ActFn
-    exploit: ActFn
+    explore: ActFn | RecurrentAct
+    exploit: ActFn | RecurrentAct
     rollout_steps: Callable[[int], int]
     postprocess: PostprocessFn
     policy_lag: int = 0

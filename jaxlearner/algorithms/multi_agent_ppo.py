@@ -83,6 +83,11 @@ def multi_agent_ppo(
       ...     {"shared": (obs_space, action_space)})                    # doctest: +SKIP
     """
     config = make_config(PPOConfig, config)
+    if config.use_lstm:
+        raise ValueError(
+            "multi_agent_ppo has feed-forward policies only; got use_lstm=True. The "
+            "multi-agent runner does not carry recurrent state: use use_lstm=False."
+        )
     policies = _check_policies(policies)
     trained = _check_policies_to_train(policies_to_train, tuple(policies))
     modules = {}

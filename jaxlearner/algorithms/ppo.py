@@ -26,7 +26,23 @@ field                       default         meaning (RLlib's name where it diffe
 ``vf_share_layers``         False           one encoder for policy and value
 ``hidden_sizes``            (256, 256)      ``fcnet_hiddens``
 ``activation``              "tanh"          ``fcnet_activation``
+``use_lstm``                False           an LSTM (or GRU) after the MLP encoder
+``lstm_cell_size``          256             the cell's units
+``max_seq_len``             20              steps per training sequence
+``recurrent_cell``          "lstm"          ``"lstm"`` or ``"gru"`` (jaxlearner's; RLlib has LSTM)
 ==========================  ==============  =====================================================
+
+With ``use_lstm`` the model is recurrent
+(:func:`~jaxlearner.algorithms.recurrent.recurrent_actor_critic`): the act
+functions are :class:`~jaxlearner.algorithms.algorithm.RecurrentAct` values that
+carry the state from step to step (reset where an episode starts), and
+``postprocess`` cuts each environment's rollout into zero-padded sequences of
+``max_seq_len`` steps, each with the state it started from
+(:mod:`~jaxlearner.algorithms.sequences`), which :func:`recurrent_ppo_loss`
+unrolls. As in RLlib, ``minibatch_size`` counts env steps: a minibatch is
+``minibatch_size // max_seq_len`` sequences (a multiple of ``max_seq_len`` is
+required). There is no burn-in: each sequence starts from the state stored
+when it was collected (RLlib's default).
 
 As in RLlib, ``total = mean(-surrogate + vf_loss_coeff * min((V - V_target)^2,
 vf_clip_param) - entropy_coeff * entropy) + kl_coeff * mean(KL)``. GAE
@@ -47,7 +63,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
+from jaxlearner.algorithms.algorithm import (
+    Experience,
+    OnPolicyAlgorithm,
+    PostprocessFn,
+    RecurrentAct,
+)
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
     check_fraction,
@@ -58,16 +79,18 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.ppo_objective import ppo_loss, recurrent_ppo_loss
+from jaxlearner.algorithms.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.returns import gae
+from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts
 from jaxlearner.algorithms.spaces import bounds, zero_observation
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
-from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
-from jaxlearner.types import Batch, Model, Params
+from jaxlearner.types import Batch, Model
 
 MODULE_ID = "default_policy"
 
@@ -97,6 +120,10 @@ class PPOConfig:
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
     log_std_init: float = 0.0
+    use_lstm: bool = False
+    lstm_cell_size: int = 256
+    max_seq_len: int = 20
+    recurrent_cell: str = "lstm"
 
     def __post_init__(self) -> None:
         check_fraction("PPOConfig", gamma=self.gamma, lambda_=self.lambda_)
@@ -109,7 +136,10 @@ class PPOConfig:
             train_batch_size=self.train_batch_size,
             minibatch_size=self.minibatch_size,
             num_epochs=self.num_epochs,
+            lstm_cell_size=self.lstm_cell_size,
+            max_seq_len=self.max_seq_len,
         )
+        self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(
                 f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
@@ -125,58 +155,20 @@ class PPOConfig:
         for name in ("lr", "clip_param", "entropy_coeff"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
 
-
-def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
-    """PPO's loss for a policy with ``distribution``; ``loss(params, batch, ctx)``.
-
-    The batch holds ``[B]`` rows of ``obs``, ``actions``, ``logp`` (behaviour
-    log-probabilities), ``dist_inputs`` (behaviour distribution inputs),
-    ``advantages``, ``value_targets`` and ``mask`` (1 for rows to train on).
-    Hyperparameters come from ``ctx.hyperparams`` (``clip_param``,
-    ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``) and the KL
-    coefficient from ``ctx.extra["kl_coeff"]``.
-
-    Returns:
-      A loss returning ``(total, metrics)`` with ``policy_loss``,
-      ``vf_loss``, ``vf_loss_unclipped``, ``entropy``, ``mean_kl``,
-      ``clip_fraction`` and ``vf_explained_var``.
-    """
-
-    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
-        dist_inputs, values = ctx.apply(params, batch["obs"])
-        policy = make_distribution(distribution, dist_inputs)
-        behaviour = make_distribution(distribution, batch["dist_inputs"])
-        mask = batch["mask"]
-        count = jnp.maximum(mask.sum(), 1.0)
-        mean = lambda x: (x * mask).sum() / count
-        hp = ctx.hyperparams
-        ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
-        advantages = batch["advantages"]
-        clip = hp["clip_param"]
-        surrogate = jnp.minimum(
-            ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
-        )
-        vf_error = (values - batch["value_targets"]) ** 2
-        vf_loss = jnp.minimum(vf_error, hp["vf_clip_param"])
-        entropy = policy.entropy()
-        kl = behaviour.kl(policy)
-        total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
-        if use_kl_loss:
-            total = total + ctx.extra["kl_coeff"] * mean(kl)
-        targets = batch["value_targets"]
-        target_var = mean((targets - mean(targets)) ** 2)
-        explained = 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
-        return total, {
-            "policy_loss": -mean(surrogate),
-            "vf_loss": mean(vf_loss),
-            "vf_loss_unclipped": mean(vf_error),
-            "entropy": mean(entropy),
-            "mean_kl": mean(kl),
-            "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
-            "vf_explained_var": explained,
-        }
-
-    return loss
+    def _check_recurrent(self) -> None:
+        if not isinstance(self.use_lstm, bool):
+            raise TypeError(f"PPOConfig.use_lstm must be a bool; got {self.use_lstm!r}.")
+        if self.recurrent_cell not in CELLS:
+            raise ValueError(
+                f"PPOConfig.recurrent_cell must be one of {list(CELLS)}; got "
+                f"{self.recurrent_cell!r}."
+            )
+        if self.use_lstm and self.minibatch_size % self.max_seq_len:
+            raise ValueError(
+                f"PPOConfig.minibatch_size ({self.minibatch_size}) counts env steps and must be a "
+                f"multiple of max_seq_len ({self.max_seq_len}) with use_lstm=True: a minibatch "
+                f"is minibatch_size // max_seq_len whole sequences."
+            )
 
 
 def make_learner(
@@ -186,12 +178,19 @@ def make_learner(
 ) -> Learner:
     """PPO's learner: one actor-critic module trained in minibatch epochs.
 
+    With ``use_lstm`` the model is recurrent and the learner trains on
+    sequences: its rows are ``[max_seq_len]`` steps, and its minibatches
+    ``minibatch_size // max_seq_len`` sequences.
+
     Use :func:`ppo` (or ``RECIPE.learner``), which also makes the typed config.
     """
     spec, layout = ppo_module(observation_space, action_space, config)
+    minibatch_size = config.minibatch_size
+    if config.use_lstm and minibatch_size is not None:
+        minibatch_size //= config.max_seq_len
     return Learner(
         {MODULE_ID: spec},
-        minibatch_size=config.minibatch_size,
+        minibatch_size=minibatch_size,
         num_epochs=config.num_epochs,
         shuffle=config.shuffle,
         batch_layout={MODULE_ID: layout},
@@ -205,9 +204,11 @@ def ppo_module(
     """One PPO module for the two spaces: its spec and its batch layout.
 
     The module-level fields of ``config`` (model, optimizer, loss coefficients,
-    KL) shape the module; the learner-level ones (``minibatch_size``,
-    ``num_epochs``, ``shuffle``) are for the :class:`~jaxlearner.Learner` that
-    holds it. For learners of several PPO modules (multi-agent).
+    KL, ``use_lstm``) shape the module; the learner-level ones
+    (``minibatch_size``, ``num_epochs``, ``shuffle``) are for the
+    :class:`~jaxlearner.Learner` that holds it. For learners of several PPO
+    modules (multi-agent). With ``use_lstm`` the layout's rows are
+    ``[max_seq_len]`` sequences.
 
     Example:
       >>> spec, layout = ppo_module(env.observation_space, env.action_space, PPOConfig())
@@ -215,19 +216,35 @@ def ppo_module(
       >>> learner = jl.Learner({"left": spec, "right": spec},
       ...                      batch_layout={"left": layout, "right": layout})  # doctest: +SKIP
     """
-    model = actor_critic(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        share_encoder=config.vf_share_layers,
-        log_std_init=config.log_std_init,
-    )
     distribution = distribution_for(action_space)
-    return _module_spec(model, distribution, config), _batch_layout(observation_space, distribution)
+    common = {
+        "hidden_sizes": config.hidden_sizes,
+        "activation": config.activation,
+        "share_encoder": config.vf_share_layers,
+        "log_std_init": config.log_std_init,
+    }
+    if config.use_lstm:
+        model = recurrent_actor_critic(
+            observation_space,
+            action_space,
+            cell=config.recurrent_cell,
+            cell_size=config.lstm_cell_size,
+            **common,
+        )
+        loss = recurrent_ppo_loss(distribution, config.use_kl_loss)
+        init_input = lambda batch: (batch["state_in"], batch["obs"][:, 0], batch["is_first"][:, 0])
+        layout = _sequence_batch_layout(observation_space, distribution, model, config.max_seq_len)
+    else:
+        model = actor_critic(observation_space, action_space, **common)
+        loss = ppo_loss(distribution, config.use_kl_loss)
+        init_input = lambda batch: batch["obs"]
+        layout = _batch_layout(observation_space, distribution)
+    return _module_spec(model, loss, init_input, config), layout
 
 
-def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig) -> ModuleSpec:
+def _module_spec(
+    model: Model, loss: Callable, init_input: Callable, config: PPOConfig
+) -> ModuleSpec:
     """The module: PPO's loss, Adam, the loss coefficients and the adaptive KL coefficient."""
     optimizer = Optimizer(
         optax.adam,
@@ -237,7 +254,7 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig
     )
     return ModuleSpec(
         model,
-        ppo_loss(distribution, config.use_kl_loss),
+        loss,
         optimizer,
         hyperparams={
             "clip_param": config.clip_param,
@@ -246,7 +263,7 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: PPOConfig
             "entropy_coeff": config.entropy_coeff,
         },
         additional_updates=[adaptive_kl_coeff(config.kl_coeff, config.kl_target)],
-        init_input=lambda batch: batch["obs"],
+        init_input=init_input,
         metric_reductions={"mean_kl": "mean"},
     )
 
@@ -261,86 +278,158 @@ def make_algorithm(
 
     They apply the learner's own model (``learner.specs[module_id].model``,
     ``"default_policy"`` unless another PPO module of a multi-module learner is
-    named); nothing is built but these functions.
+    named); nothing is built but these functions. With ``use_lstm`` the act
+    functions are :class:`~jaxlearner.algorithms.algorithm.RecurrentAct` values.
     """
     model = learner.specs[module_id].model
-    act = _act(model, distribution_for(action_space), bounds(action_space))
+    distribution, box = distribution_for(action_space), bounds(action_space)
+    if config.use_lstm:
+        act = _recurrent_act(model, distribution, box)
+        carry = functools.partial(initial_carry, model)
+        explore: Any = RecurrentAct(functools.partial(act, deterministic=False), carry)
+        exploit: Any = RecurrentAct(functools.partial(act, deterministic=True), carry)
+        postprocess = _recurrent_postprocess(model, config)
+    else:
+        feed_forward = _act(model, distribution, box)
+        explore = lambda module, obs, key: feed_forward(module, obs, key, False)
+        exploit = lambda module, obs, key: feed_forward(module, obs, key, True)
+        postprocess = _postprocess(model, config)
     return OnPolicyAlgorithm(
         name="ppo",
         module_id=module_id,
         learner=learner,
         config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
-        rollout_steps=functools.partial(_rollout_steps, config.train_batch_size),
-        postprocess=_postprocess(model, config),
+        explore=explore,
+        exploit=exploit,
+        rollout_steps=functools.partial(_rollout_steps, config),
+        postprocess=postprocess,
     )
 
 
+def _sample(
+    distribution: DistributionSpec,
+    box: tuple | None,
+    dist_inputs: jax.Array,
+    values: jax.Array,
+    key: jax.Array,
+    deterministic: bool,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """A sample (or the mode), clipped to a ``Box``; extras ``actions`` (unclipped), ``logp``,
+    ``vf_preds`` and ``dist_inputs``."""
+    policy = make_distribution(distribution, dist_inputs)
+    actions = policy.mode() if deterministic else policy.sample(key)
+    env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
+    return env_actions, {
+        "actions": actions,
+        "logp": policy.log_prob(actions),
+        "vf_preds": values,
+        "dist_inputs": dist_inputs,
+    }
+
+
 def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
-    """``act(module, obs, key, deterministic)``: sample (or the mode), clipped to a ``Box``;
-    extras ``actions`` (unclipped), ``logp``, ``vf_preds`` and ``dist_inputs``."""
+    """``act(module, obs, key, deterministic) -> (env_actions, extras)``; see :func:`_sample`."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         dist_inputs, values = model.apply(module.params, obs)
-        policy = make_distribution(distribution, dist_inputs)
-        actions = policy.mode() if deterministic else policy.sample(key)
-        env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
-        return env_actions, {
-            "actions": actions,
-            "logp": policy.log_prob(actions),
-            "vf_preds": values,
-            "dist_inputs": dist_inputs,
-        }
+        return _sample(distribution, box, dist_inputs, values, key, deterministic)
 
     return act
 
 
+def _recurrent_act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+    """``act(module, carry, obs, is_first, key, deterministic) -> (env_actions, extras, carry)``.
+
+    Extras as :func:`_act`'s, plus ``state_in`` (the carry given, before the
+    reset at ``is_first``) and ``is_first``, which postprocess replays from.
+    """
+
+    def act(module, carry, obs, is_first, key, deterministic: bool):
+        is_first = jnp.asarray(is_first, jnp.bool_)
+        next_carry, (dist_inputs, values) = model.apply(module.params, carry, obs, is_first)
+        env_actions, extras = _sample(distribution, box, dist_inputs, values, key, deterministic)
+        return env_actions, {**extras, "state_in": carry, "is_first": is_first}, next_carry
+
+    return act
+
+
+def _advantages(experience: Experience, next_values: jax.Array, config: PPOConfig) -> dict:
+    """GAE advantages (standardized over valid steps if configured), value targets and the
+    mask of valid steps, all ``[T, N]``."""
+    advantages, targets = gae(
+        experience["rewards"],
+        experience["vf_preds"],
+        next_values,
+        experience["terminated"],
+        experience["truncated"],
+        config.gamma,
+        config.lambda_,
+    )
+    mask = experience["valid"].astype(jnp.float32)
+    if config.normalize_advantages:
+        count = jnp.maximum(mask.sum(), 1.0)
+        mean = (advantages * mask).sum() / count
+        std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)
+        advantages = (advantages - mean) / jnp.maximum(std, 1e-4)
+    return {
+        "obs": experience["obs"],
+        "actions": experience["actions"],
+        "logp": experience["logp"],
+        "dist_inputs": experience["dist_inputs"],
+        "advantages": advantages,
+        "value_targets": targets,
+        "mask": mask,
+    }
+
+
 def _postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
-    """GAE advantages (standardized over valid rows if configured) and value targets."""
+    """GAE advantages and value targets, as ``[T * N]`` rows."""
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:
-        rewards = experience["rewards"]
-        steps, envs = rewards.shape
-        next_obs = experience["next_obs"]
-        flat_next = next_obs.reshape(steps * envs, *next_obs.shape[2:])
-        next_values = model.apply(module.params, flat_next)[1].reshape(steps, envs)
-        advantages, targets = gae(
-            rewards,
-            experience["vf_preds"],
-            next_values,
-            experience["terminated"],
-            experience["truncated"],
-            config.gamma,
-            config.lambda_,
-        )
-        mask = experience["valid"].astype(jnp.float32)
-        if config.normalize_advantages:
-            count = jnp.maximum(mask.sum(), 1.0)
-            mean = (advantages * mask).sum() / count
-            std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)
-            advantages = (advantages - mean) / jnp.maximum(std, 1e-4)
-        batch = {
-            "obs": experience["obs"],
-            "actions": experience["actions"],
-            "logp": experience["logp"],
-            "dist_inputs": experience["dist_inputs"],
-            "advantages": advantages,
-            "value_targets": targets,
-            "mask": mask,
-        }
-        return jax.tree.map(lambda x: x.reshape(steps * envs, *x.shape[2:]), batch)
+        steps, envs = experience["rewards"].shape
+        rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
+        next_values = model.apply(module.params, rows(experience["next_obs"]))[1]
+        batch = _advantages(experience, next_values.reshape(steps, envs), config)
+        return jax.tree.map(rows, batch)
 
     return postprocess
 
 
-def _rollout_steps(train_batch_size: int, num_envs: int) -> int:
-    if train_batch_size % num_envs:
+def _recurrent_postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
+    """GAE advantages and value targets as ``[S, max_seq_len]`` sequences with their start states.
+
+    The value of each ``next_obs`` needs the carry after its step: one model
+    step from the stored ``state_in`` (with its ``is_first`` reset), run for
+    all ``T * N`` steps at once, gives it; ``next_obs`` belongs to the same
+    episode (it is the final observation where the episode ended), so it is
+    not reset.
+    """
+
+    def postprocess(module: ModuleState, experience: Experience) -> Batch:
+        steps, envs = experience["rewards"].shape
+        rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
+        state_in, is_first = experience["state_in"], experience["is_first"]
+        apply = functools.partial(model.apply, module.params)
+        state_out, _ = apply(jax.tree.map(rows, state_in), rows(experience["obs"]), rows(is_first))
+        not_first = jnp.zeros(steps * envs, jnp.bool_)
+        next_values = apply(state_out, rows(experience["next_obs"]), not_first)[1][1]
+        batch = _advantages(experience, next_values.reshape(steps, envs), config)
+        # mask is 0 on padding too: chunk_sequences pads it with zeros.
+        sequences, _ = chunk_sequences({**batch, "is_first": is_first}, config.max_seq_len)
+        return {**sequences, "state_in": chunk_starts(state_in, config.max_seq_len)}
+
+    return postprocess
+
+
+def _rollout_steps(config: PPOConfig, num_envs: int) -> int:
+    if config.train_batch_size % num_envs:
         raise ValueError(
-            f"PPO's train_batch_size {train_batch_size} does not split over "
+            f"PPO's train_batch_size {config.train_batch_size} does not split over "
             f"{num_envs} environments; use a multiple of num_envs."
         )
-    return train_batch_size // num_envs
+    # With use_lstm, N * ceil(T / L) sequences >= train_batch_size / L >= one minibatch.
+    steps = config.train_batch_size // num_envs
+    return steps
 
 
 RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
@@ -408,3 +497,22 @@ def _batch_layout(observation_space: gymnasium.Space, distribution: Distribution
             "mask": row,
         },
     )
+
+
+def _sequence_batch_layout(
+    observation_space: gymnasium.Space,
+    distribution: DistributionSpec,
+    model: Model,
+    max_seq_len: int,
+) -> dict:
+    """The recurrent batch: :func:`_batch_layout`'s keys as ``[max_seq_len, ...]`` sequences,
+    ``is_first [max_seq_len]`` bool and ``state_in`` (one carry per sequence)."""
+    steps = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct((max_seq_len, *s.shape), s.dtype),
+        _batch_layout(observation_space, distribution),
+    )
+    carry = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), initial_carry(model, 1)
+    )
+    is_first = jax.ShapeDtypeStruct((max_seq_len,), np.dtype(np.bool_))
+    return {**steps, "is_first": is_first, "state_in": carry}

@@ -5,17 +5,24 @@ An algorithm's act functions are pure functions of a
 ``step`` are pure functions of arrays, so acting in ``N`` environments for
 ``T`` steps is a ``lax.scan`` over ``jax.vmap(env.step)``, traceable inside a
 larger compiled function (see :mod:`jaxlearner.anakin.train`).
+
+A recurrent algorithm (its act functions are
+:class:`~jaxlearner.algorithms.algorithm.RecurrentAct` values, e.g. PPO with
+``use_lstm``) also carries a :class:`Memory`: each environment's recurrent
+state and whether its next step starts an episode, where the act function
+resets the state. :func:`make_recurrent_rollout` takes and returns it; the
+evaluation keeps its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
 
-from jaxlearner.algorithms.algorithm import Algorithm, Experience
+from jaxlearner.algorithms.algorithm import Algorithm, Experience, RecurrentAct
 from jaxlearner.anakin.envs.environment import Environment, EnvState
 from jaxlearner.core.state import ModuleState
 
@@ -25,8 +32,45 @@ RolloutFn: TypeAlias = Callable[
 ]
 """``rollout(module_state, env_states, obs, key) -> (env_states, obs, experience, episodes)``."""
 
+
+class Memory(NamedTuple):
+    """A recurrent policy's state in ``N`` environments.
+
+    Attributes:
+      carry: the act function's carry, leaves ``[N, ...]``.
+      is_first: ``[N]`` bool, the next step is an episode's first (the carry is reset).
+    """
+
+    carry: Any
+    is_first: jax.Array
+
+
+RecurrentRolloutFn: TypeAlias = Callable[
+    [ModuleState, EnvState, jax.Array, Memory, jax.Array],
+    tuple[EnvState, jax.Array, Memory, Experience, dict[str, jax.Array]],
+]
+"""``rollout(module_state, env_states, obs, memory, key) -> (env_states, obs, memory,
+experience, episodes)``."""
+
 EvaluateFn: TypeAlias = Callable[[ModuleState, jax.Array], dict[str, jax.Array]]
 """``evaluate(module_state, key) -> {"return_mean", "return_min", "return_max", "length_mean"}``."""
+
+
+def initial_memory(algorithm: Algorithm, num_envs: int) -> Memory | None:
+    """A recurrent algorithm's :class:`Memory` before any step (every episode starts);
+    ``None`` for a feed-forward one."""
+    if not isinstance(algorithm.explore, RecurrentAct):
+        return None
+    return Memory(algorithm.explore.initial_carry(num_envs), jnp.ones(num_envs, jnp.bool_))
+
+
+def _act(
+    act: Any, module: ModuleState, obs: jax.Array, memory: Memory | None, key: jax.Array
+) -> tuple[jax.Array, Any, Any]:
+    """``(actions, extras, carry)`` of a feed-forward (``memory=None``) or recurrent act."""
+    if memory is None:
+        return (*act(module, obs, key), None)
+    return act(module, memory.carry, obs, memory.is_first, key)
 
 
 def make_rollout(
@@ -62,10 +106,59 @@ def make_rollout(
       ...     module_state, env_states, obs, key)                             # doctest: +SKIP
     """
 
+    if isinstance(algorithm.explore, RecurrentAct):
+        raise TypeError(
+            f"Algorithm {algorithm.name!r} is recurrent; its rollout carries a Memory: use "
+            "make_recurrent_rollout."
+        )
+    rollout = _make_rollout(algorithm, env, num_envs, num_steps)
+
+    def stateless(
+        module: ModuleState, env_states: EnvState, obs: jax.Array, key: jax.Array
+    ) -> tuple[EnvState, jax.Array, Experience, dict[str, jax.Array]]:
+        env_states, obs, _, experience, episodes = rollout(module, env_states, obs, None, key)
+        return env_states, obs, experience, episodes
+
+    return stateless
+
+
+def make_recurrent_rollout(
+    algorithm: Algorithm, env: Environment, num_envs: int, num_steps: int
+) -> RecurrentRolloutFn:
+    """:func:`make_rollout` for a recurrent algorithm: the :class:`Memory` goes in and out.
+
+    Each step acts with ``explore(module, carry, obs, is_first, key)`` and
+    keeps the carry it returns; ``is_first`` is true after an episode ended
+    (the environment has already reset). The act extras (``state_in``,
+    ``is_first``) join the experience, for ``postprocess``.
+
+    Returns:
+      ``rollout(module_state, env_states, obs, memory, key) -> (env_states,
+      obs, memory, experience, episodes)``; start from :func:`initial_memory`.
+
+    Raises:
+      TypeError: for a feed-forward algorithm (use :func:`make_rollout`).
+
+    Example:
+      >>> rollout = make_recurrent_rollout(lstm_ppo, env, num_envs=8, num_steps=128)
+      ... # doctest: +SKIP
+      >>> env_states, obs, memory, experience, episodes = jax.jit(rollout)(
+      ...     module_state, env_states, obs, initial_memory(lstm_ppo, 8), key)  # doctest: +SKIP
+    """
+    if not isinstance(algorithm.explore, RecurrentAct):
+        raise TypeError(f"Algorithm {algorithm.name!r} is not recurrent; use make_rollout.")
+    return _make_rollout(algorithm, env, num_envs, num_steps)
+
+
+def _make_rollout(
+    algorithm: Algorithm, env: Environment, num_envs: int, num_steps: int
+) -> Callable[..., tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]]:
+    """The rollout with an optional memory: ``None`` in and out for feed-forward acts."""
+
     def step(module: ModuleState, carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
-        env_states, obs = carry
+        env_states, obs, memory = carry
         act_key, env_key = jax.random.split(key)
-        actions, extras = algorithm.explore(module, obs, act_key)
+        actions, extras, recurrent_carry = _act(algorithm.explore, module, obs, memory, act_key)
         env_states, next_obs, rewards, terminated, truncated, info = jax.vmap(env.step)(
             env_states, actions, jax.random.split(env_key, num_envs)
         )
@@ -81,14 +174,16 @@ def make_rollout(
         }
         done = terminated | truncated
         episodes = (done, info["episode_return"], info["episode_length"])
-        return (env_states, next_obs), (transition, episodes)
+        # The environment reset where an episode ended: its next step is the next one's first.
+        memory = None if memory is None else Memory(recurrent_carry, done)
+        return (env_states, next_obs, memory), (transition, episodes)
 
     def rollout(
-        module: ModuleState, env_states: EnvState, obs: jax.Array, key: jax.Array
-    ) -> tuple[EnvState, jax.Array, Experience, dict[str, jax.Array]]:
-        (env_states, obs), (experience, (done, returns, lengths)) = jax.lax.scan(
+        module: ModuleState, env_states: EnvState, obs: jax.Array, memory: Any, key: jax.Array
+    ) -> tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]:
+        (env_states, obs, memory), (experience, (done, returns, lengths)) = jax.lax.scan(
             lambda carry, k: step(module, carry, k),
-            (env_states, obs),
+            (env_states, obs, memory),
             jax.random.split(key, num_steps),
         )
         count = done.sum(dtype=jnp.int32)
@@ -100,7 +195,7 @@ def make_rollout(
             "episode_return_mean": mean(returns),
             "episode_length_mean": mean(lengths.astype(jnp.float32)),
         }
-        return env_states, obs, experience, episodes
+        return env_states, obs, memory, experience, episodes
 
     return rollout
 
@@ -115,7 +210,8 @@ def make_evaluate(algorithm: Algorithm, env: Environment, num_envs: int) -> Eval
     :func:`jaxlearner.training.env_runner.evaluate` does with gymnasium.
 
     Args:
-      algorithm: supplies ``exploit(module_state, obs [N, ...], key)``.
+      algorithm: supplies ``exploit(module_state, obs [N, ...], key)`` (or a
+        recurrent one, whose state starts afresh in each environment).
       env: a pure-JAX environment.
       num_envs: environments, one episode each.
 
@@ -133,25 +229,29 @@ def make_evaluate(algorithm: Algorithm, env: Environment, num_envs: int) -> Eval
         env_states, obs = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
         zeros = jnp.zeros(num_envs, jnp.float32)
         finished = jnp.zeros(num_envs, jnp.bool_)
+        memory = initial_memory(algorithm, num_envs)
 
         def unfinished(carry: tuple) -> jax.Array:
-            *_, finished, _, _, time = carry
+            *_, finished, _, _, time, _ = carry
             return ~jnp.all(finished) & (time < env.max_episode_steps)
 
         def step(carry: tuple) -> tuple:
-            env_states, obs, key, finished, returns, lengths, time = carry
+            env_states, obs, key, finished, returns, lengths, time, memory = carry
             key, act_key, env_key = jax.random.split(key, 3)
-            actions, _ = algorithm.exploit(module, obs, act_key)
+            actions, _, recurrent_carry = _act(algorithm.exploit, module, obs, memory, act_key)
             env_states, obs, _, terminated, truncated, info = jax.vmap(env.step)(
                 env_states, actions, jax.random.split(env_key, num_envs)
             )
-            first = (terminated | truncated) & ~finished
+            done = terminated | truncated
+            memory = None if memory is None else Memory(recurrent_carry, done)
+            first = done & ~finished
             returns = jnp.where(first, info["episode_return"], returns)
             lengths = jnp.where(first, info["episode_length"].astype(jnp.float32), lengths)
-            return env_states, obs, key, finished | first, returns, lengths, time + 1
+            return env_states, obs, key, finished | first, returns, lengths, time + 1, memory
 
-        carry = (env_states, obs, key, finished, zeros, zeros, jnp.zeros((), jnp.int32))
-        *_, returns, lengths, _ = jax.lax.while_loop(unfinished, step, carry)
+        time = jnp.zeros((), jnp.int32)
+        carry = (env_states, obs, key, finished, zeros, zeros, time, memory)
+        *_, returns, lengths, _, _ = jax.lax.while_loop(unfinished, step, carry)
         return {
             "return_mean": returns.mean(),
             "return_min": returns.min(),

@@ -12,7 +12,9 @@ One training iteration, for a built-in :data:`~jaxlearner.algorithms.Algorithm`
 and an :class:`~jaxlearner.anakin.envs.Environment`:
 
 1. a rollout: ``algorithm.rollout_steps(num_envs)`` steps of ``num_envs``
-   vmapped environments with ``algorithm.explore``, as a ``lax.scan``;
+   vmapped environments with ``algorithm.explore``, as a ``lax.scan`` (a
+   recurrent algorithm's state is carried from step to step and from one
+   iteration to the next, and reset where an episode starts);
 2. an :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (PPO):
    ``algorithm.postprocess`` and one learner ``update``; an
    :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (DQN, SAC): the
@@ -47,10 +49,20 @@ from jaxlearner.algorithms.algorithm import (
     Experience,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
+    RecurrentAct,
 )
 from jaxlearner.algorithms.spaces import check_recipe_spaces
 from jaxlearner.anakin.envs.environment import Environment, EnvState
-from jaxlearner.anakin.rollouts import EvaluateFn, RolloutFn, make_evaluate, make_rollout
+from jaxlearner.anakin.rollouts import (
+    EvaluateFn,
+    Memory,
+    RecurrentRolloutFn,
+    RolloutFn,
+    initial_memory,
+    make_evaluate,
+    make_recurrent_rollout,
+    make_rollout,
+)
 from jaxlearner.core.hyperparams import check_constant, with_hyperparams
 from jaxlearner.core.state import LearnerState, ModuleState
 
@@ -118,6 +130,7 @@ class AnakinState:
       iteration: int32, training iterations done.
       env_steps: int32, env steps collected (all environments together).
       buffer: the replay buffer of an off-policy algorithm, else ``None``.
+      memory: a recurrent algorithm's state in each environment, else ``None``.
     """
 
     learner: LearnerState
@@ -127,6 +140,7 @@ class AnakinState:
     iteration: jax.Array
     env_steps: jax.Array
     buffer: off_policy.Buffer | None = None
+    memory: Memory | None = None
 
 
 class InitFn(Protocol):
@@ -228,9 +242,9 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
     num_envs = config.num_envs
     rollout_steps = algorithm.rollout_steps(num_envs)
     steps_per_iteration = rollout_steps * num_envs
-    rollout = make_rollout(algorithm, env, num_envs, rollout_steps)
+    rollout = _rollout_with_memory(algorithm, env, num_envs, rollout_steps)
     evaluate = make_evaluate(algorithm, env, config.eval_envs)
-    learn, prepare = _learning(algorithm, rollout, steps_per_iteration)
+    learn, prepare = _learning(algorithm, env, num_envs, rollout_steps)
     interval = config.eval_interval or config.num_iterations
     init_learner = one_agent_at_a_time(learner.init)
 
@@ -248,6 +262,7 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((), jnp.int32),
+            memory=initial_memory(algorithm, num_envs),
         )
         return prepare(state)
 
@@ -288,14 +303,31 @@ LearnFn: TypeAlias = Callable[
 (learner_state, buffer, learner_metrics)``: an iteration's learning after its rollout."""
 
 
+def _rollout_with_memory(
+    algorithm: Algorithm, env: Environment, num_envs: int, num_steps: int
+) -> RecurrentRolloutFn:
+    """The rollout, with the memory passed through (``None``) for a feed-forward algorithm."""
+    if isinstance(algorithm.explore, RecurrentAct):
+        return make_recurrent_rollout(algorithm, env, num_envs, num_steps)
+    rollout = make_rollout(algorithm, env, num_envs, num_steps)
+
+    def with_memory(module, env_states, obs, memory, key):
+        env_states, obs, experience, episodes = rollout(module, env_states, obs, key)
+        return env_states, obs, memory, experience, episodes
+
+    return with_memory
+
+
 def _learning(
-    algorithm: Algorithm, rollout: RolloutFn, steps_per_iteration: int
+    algorithm: Algorithm, env: Environment, num_envs: int, rollout_steps: int
 ) -> tuple[LearnFn, Callable[[AnakinState], AnakinState]]:
     """What the algorithm's kind adds: the iteration's learning, and the end of ``init``."""
+    steps_per_iteration = num_envs * rollout_steps
     match algorithm:
         case OnPolicyAlgorithm():
             return _on_policy_learn(algorithm), lambda state: state
         case OffPolicyAlgorithm():
+            rollout = make_rollout(algorithm, env, num_envs, rollout_steps)
             updates = off_policy.updates_per_iteration(algorithm, steps_per_iteration)
             return _replay_learn(algorithm, updates), lambda state: _warm_up(
                 algorithm, rollout, state, steps_per_iteration
@@ -332,15 +364,15 @@ def _replay_learn(algorithm: OffPolicyAlgorithm, updates: int) -> LearnFn:
 
 
 def _make_iterate(
-    module_id: str, rollout: RolloutFn, learn: LearnFn, steps_per_iteration: int
+    module_id: str, rollout: RecurrentRolloutFn, learn: LearnFn, steps_per_iteration: int
 ) -> Callable[[AnakinState, None], tuple[AnakinState, Metrics]]:
     """One training iteration as a ``lax.scan`` body: a rollout, then the learning."""
 
     def iterate(state: AnakinState, _: None) -> tuple[AnakinState, Metrics]:
         key, rollout_key, update_key = jax.random.split(state.key, 3)
         module = state.learner.modules[module_id]
-        env_states, obs, experience, episodes = rollout(
-            module, state.env_states, state.obs, rollout_key
+        env_states, obs, memory, experience, episodes = rollout(
+            module, state.env_states, state.obs, state.memory, rollout_key
         )
         steps = jnp.int32(steps_per_iteration)
         learner_state, buffer, learner_metrics = learn(
@@ -354,6 +386,7 @@ def _make_iterate(
             iteration=state.iteration + 1,
             env_steps=state.env_steps + steps,
             buffer=buffer,
+            memory=memory,
         )
         metrics = {
             "env_steps": state.env_steps,

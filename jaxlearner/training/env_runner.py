@@ -17,6 +17,15 @@ ended the episode), and ``valid`` is ``False`` for ``NEXT_STEP``'s reset-only
 steps, which must not be trained on. Environments the runner creates use
 ``SAME_STEP``, so every collected step is valid.
 
+Recurrent policies: a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`
+(PPO with ``use_lstm``) is called ``act(params, carry, obs, is_first, key) ->
+(actions, extras, carry)``. The runner keeps the carry of its ``N``
+sub-environments on the device from step to step and from one ``sample`` to
+the next (starting from ``initial_carry(N)``), and ``is_first [N]``: true at
+the first step of every episode (after :meth:`EnvRunner.reset`, after a
+``SAME_STEP`` done, after a ``NEXT_STEP`` reset-only step), where the policy
+zeroes that environment's carry. Both are part of :meth:`EnvRunner.get_state`.
+
 This module and :mod:`jaxlearner.algorithms.spaces` are where gymnasium enters.
 """
 
@@ -31,13 +40,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlearner.algorithms.algorithm import RecurrentAct
 from jaxlearner.types import Params
 
 EnvLike: TypeAlias = str | gym.Env | gym.vector.VectorEnv | Callable[[], gym.Env]
 """A gymnasium id, an env instance, a vector env, or a factory returning an env."""
 
 Policy: TypeAlias = Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]]
-"""``policy(params, obs [N, ...], key) -> (actions [N, ...], extras {name: [N, ...]})``."""
+"""``policy(params, obs [N, ...], key) -> (actions [N, ...], extras {name: [N, ...]})``,
+or a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`."""
 
 VECTORIZATION: tuple[str, ...] = ("sync", "async")
 
@@ -208,6 +219,9 @@ class EnvRunner:
         self._resetting = np.zeros(n, bool)  # NEXT_STEP: this env's next step only resets
         self._returns = np.zeros(n, np.float64)
         self._lengths = np.zeros(n, np.int64)
+        self._first = np.ones(n, bool)  # the next step is an episode's first
+        self._carry: Any = None  # a recurrent policy's state, made at its first sample
+        self._saved_carry: list[np.ndarray] | None = None  # from set_state, until then
 
     @property
     def envs(self) -> gym.vector.VectorEnv:
@@ -234,6 +248,23 @@ class EnvRunner:
         """``SAME_STEP`` or ``NEXT_STEP``."""
         return self._mode
 
+    def _recurrent_carry(self, policy: RecurrentAct) -> Any:
+        """The carry to act with: kept, restored by :meth:`set_state`, or the initial one."""
+        if self._carry is not None:
+            return self._carry
+        initial = policy.initial_carry(self.num_envs)
+        if self._saved_carry is None:
+            return initial
+        leaves, treedef = jax.tree.flatten(initial)
+        saved = self._saved_carry
+        if [np.shape(x) for x in saved] != [np.shape(x) for x in leaves]:
+            raise ValueError(
+                f"The runner's saved recurrent state has shapes {[np.shape(x) for x in saved]}; "
+                f"this policy's carry has {[np.shape(x) for x in leaves]}."
+            )
+        self._saved_carry = None
+        return jax.tree.unflatten(treedef, [jnp.asarray(x) for x in saved])
+
     def _jitted(self, policy: Policy) -> Callable[..., Any]:
         if id(policy) not in self._policies:
             self._policies[id(policy)] = jax.jit(policy)
@@ -244,7 +275,8 @@ class EnvRunner:
 
         Args:
           policy: ``policy(params, obs [N, ...], key) -> (actions, extras)``,
-            pure; jitted once per policy object.
+            pure, or a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`
+            (whose carry the runner keeps); jitted once per policy object.
           params: passed to the policy (e.g. a module's params).
           num_steps: steps ``T`` per sub-environment.
           key: split once per step.
@@ -255,6 +287,9 @@ class EnvRunner:
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps must be a positive int; got {num_steps!r}.")
         act = self._jitted(policy)
+        recurrent = isinstance(policy, RecurrentAct)
+        if recurrent:
+            self._carry = self._recurrent_carry(policy)
         columns: dict[str, list[Any]] = {
             name: []
             for name in (
@@ -272,7 +307,12 @@ class EnvRunner:
         episode_lengths: list[int] = []
         episode_envs: list[int] = []
         for step_key in jax.random.split(key, num_steps):
-            actions, extra = act(params, self._obs, step_key)
+            if recurrent:
+                actions, extra, self._carry = act(
+                    params, self._carry, self._obs, self._first, step_key
+                )
+            else:
+                actions, extra = act(params, self._obs, step_key)
             host_actions = np.asarray(actions)
             obs, rewards, terminated, truncated, infos = self._envs.step(host_actions)
             obs = _as_obs(obs)
@@ -305,6 +345,9 @@ class EnvRunner:
             extras.append(extra)
             if self._mode == gym.vector.AutoresetMode.NEXT_STEP:
                 self._resetting = done
+                self._first = ~valid  # this reset-only step's observation starts an episode
+            else:
+                self._first = done  # the observation is already the next episode's first
             self._obs = obs
         stacked = {name: np.stack(values) for name, values in columns.items()}
         return Rollout(
@@ -321,7 +364,8 @@ class EnvRunner:
         self._envs.close()
 
     def get_state(self) -> dict[str, Any]:
-        """The runner's state as JSON: its observations, episode counters and the envs'.
+        """The runner's state as JSON: its observations, episode counters, a recurrent
+        policy's carry and episode starts, and the envs'.
 
         With a ``SyncVectorEnv`` the sub-environments' plain attributes are
         captured too (numbers, arrays, strings and numpy random generators of
@@ -339,6 +383,10 @@ class EnvRunner:
             "resetting": _encode(self._resetting),
             "returns": _encode(self._returns),
             "lengths": _encode(self._lengths),
+            "first": _encode(self._first),
+            "carry": None
+            if self._carry is None
+            else [_encode(np.asarray(x)) for x in jax.tree.leaves(self._carry)],
             "env_state_exact": exact,
             "envs": [[_attributes(layer) for layer in _layers(env)] for env in envs]
             if exact
@@ -361,6 +409,11 @@ class EnvRunner:
         self._resetting = _decode(state["resetting"])
         self._returns = _decode(state["returns"])
         self._lengths = _decode(state["lengths"])
+        # States saved before recurrent policies existed: the next step starts afresh.
+        self._first = _decode(state["first"]) if "first" in state else np.ones(len(obs), bool)
+        self._carry = None
+        saved_carry = state.get("carry")
+        self._saved_carry = None if saved_carry is None else [_decode(x) for x in saved_carry]
         saved_envs = state.get("envs")
         envs = getattr(self._envs, "envs", None)
         if not saved_envs or envs is None:

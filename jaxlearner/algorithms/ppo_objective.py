@@ -1,0 +1,115 @@
+"""PPO's loss: the clipped surrogate, clipped value loss, entropy bonus and KL penalty.
+
+Schulman et al. 2017, https://arxiv.org/abs/1707.06347, with RLlib's
+semantics (see :mod:`jaxlearner.algorithms.ppo`): :func:`ppo_objective` is the
+masked objective given the model's outputs; :func:`ppo_loss` applies a
+feed-forward model to ``[B]`` rows and :func:`recurrent_ppo_loss` unrolls a
+recurrent one over ``[B, L]`` sequences.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.recurrent import unroll
+from jaxlearner.core.context import LossContext
+from jaxlearner.types import Batch, Params
+
+
+def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+    """PPO's loss for a policy with ``distribution``; ``loss(params, batch, ctx)``.
+
+    The batch holds ``[B]`` rows of ``obs``, ``actions``, ``logp`` (behaviour
+    log-probabilities), ``dist_inputs`` (behaviour distribution inputs),
+    ``advantages``, ``value_targets`` and ``mask`` (1 for rows to train on).
+    Hyperparameters come from ``ctx.hyperparams`` (``clip_param``,
+    ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``) and the KL
+    coefficient from ``ctx.extra["kl_coeff"]``.
+
+    Returns:
+      A loss returning ``(total, metrics)`` with ``policy_loss``,
+      ``vf_loss``, ``vf_loss_unclipped``, ``entropy``, ``mean_kl``,
+      ``clip_fraction`` and ``vf_explained_var``.
+    """
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        dist_inputs, values = ctx.apply(params, batch["obs"])
+        return ppo_objective(distribution, use_kl_loss, dist_inputs, values, batch, ctx)
+
+    return loss
+
+
+def recurrent_ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+    """PPO's loss for a recurrent model, on ``[B, L]`` sequences; ``loss(params, batch, ctx)``.
+
+    The batch holds sequences ``[B, L, ...]`` of the same keys as
+    :func:`ppo_loss` (``mask [B, L]`` is 0 on padding and on steps not to
+    train on), plus ``is_first [B, L]`` (an episode starts: the carry is
+    zeroed) and ``state_in``, the carry each sequence starts from (leaves
+    ``[B, cell_size]``). The model (``ctx.apply(params, carry, obs,
+    is_first)``, one step) is unrolled over ``L`` with ``lax.scan``
+    (:func:`~jaxlearner.algorithms.recurrent.unroll`); the objective is
+    :func:`ppo_loss`'s over the ``B * L`` steps, padding masked out.
+
+    Returns:
+      A loss returning ``(total, metrics)``, the metrics of :func:`ppo_loss`.
+    """
+
+    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
+        _, (dist_inputs, values) = unroll(
+            ctx.apply, params, batch["state_in"], batch["obs"], batch["is_first"]
+        )
+        steps = {k: v for k, v in batch.items() if k not in ("state_in", "is_first", "obs")}
+        rows = lambda x: x.reshape(-1, *x.shape[2:])
+        flat = jax.tree.map(rows, steps)
+        return ppo_objective(distribution, use_kl_loss, rows(dist_inputs), rows(values), flat, ctx)
+
+    return loss
+
+
+def ppo_objective(
+    distribution: DistributionSpec,
+    use_kl_loss: bool,
+    dist_inputs: jax.Array,
+    values: jax.Array,
+    batch: Batch,
+    ctx: LossContext,
+) -> tuple[jax.Array, dict]:
+    """PPO's masked objective given the model's outputs ``dist_inputs [B, P]``, ``values [B]``.
+
+    ``batch`` holds ``[B]`` rows of ``actions``, ``logp``, ``dist_inputs``,
+    ``advantages``, ``value_targets`` and ``mask``; see :func:`ppo_loss`.
+    """
+    policy = make_distribution(distribution, dist_inputs)
+    behaviour = make_distribution(distribution, batch["dist_inputs"])
+    mask = batch["mask"]
+    count = jnp.maximum(mask.sum(), 1.0)
+    mean = lambda x: (x * mask).sum() / count
+    hp = ctx.hyperparams
+    ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
+    advantages = batch["advantages"]
+    clip = hp["clip_param"]
+    surrogate = jnp.minimum(
+        ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    )
+    vf_error = (values - batch["value_targets"]) ** 2
+    vf_loss = jnp.minimum(vf_error, hp["vf_clip_param"])
+    entropy = policy.entropy()
+    kl = behaviour.kl(policy)
+    total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
+    if use_kl_loss:
+        total = total + ctx.extra["kl_coeff"] * mean(kl)
+    targets = batch["value_targets"]
+    target_var = mean((targets - mean(targets)) ** 2)
+    explained = 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
+    return total, {
+        "policy_loss": -mean(surrogate),
+        "vf_loss": mean(vf_loss),
+        "vf_loss_unclipped": mean(vf_error),
+        "entropy": mean(entropy),
+        "mean_kl": mean(kl),
+        "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
+        "vf_explained_var": explained,
+    }
