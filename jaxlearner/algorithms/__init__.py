@@ -1,13 +1,15 @@
-"""Built-in algorithms: PPO, DQN, SAC, BC and MARWIL, each a recipe around the generic Learner.
+"""Built-in algorithms: PPO, APPO, DQN, SAC, BC and MARWIL, each a recipe around the generic Learner.
 
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
 ...) in the one recipe registry (:mod:`jaxlearner.core.registry`), which makes its
 learner, its algorithm, or the algorithm around an existing learner. An
 algorithm that collects its own experience is of one of two kinds: an
-:class:`OnPolicyAlgorithm` (PPO) or an :class:`OffPolicyAlgorithm` (DQN, SAC);
+:class:`OnPolicyAlgorithm` (PPO, APPO) or an :class:`OffPolicyAlgorithm` (DQN, SAC);
 :data:`Algorithm` is either. An :class:`OfflineAlgorithm` (BC, MARWIL) trains
 on a recorded dataset instead (``jl.OfflineTrainer``).
+:func:`multi_agent_ppo` makes one learner of several PPO policies for
+``jl.MultiAgentTrainer``.
 
 The shorthand ``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the
 :class:`~jaxlearner.Learner`; :func:`build` returns the whole algorithm. A
