@@ -7,10 +7,12 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import pytest
 
+from jaxlearner import algorithms
+from jaxlearner.training.cli import DEFAULTS, main
 from jaxlearner.training.cli import NO_CACHE_VARIABLE as NO_CACHE
-from jaxlearner.training.cli import main
 from jaxlearner.training.loggers import read_json_lines
 
 TINY = [
@@ -109,7 +111,7 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["eval", "RUN", "--render", "ascii"], "argument --render: invalid choice: 'ascii'"),
         (["plot"], "the following arguments are required: runs"),
         (["train", "ppo", "--devices", "9"], "--devices 9: devices=9 but 8 device(s)"),
-        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 2048 does"),
+        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 256 does"),
         # PPO in capitals, and after --config: both name the algorithm.
         (["train", "--config", "lr=1e-3", "PPO", "--num-envs", "3"], "--num-envs 3: PPO's"),
         (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
@@ -258,10 +260,11 @@ def test_help_runs_as_a_module():
     )
     assert result.returncode == 0 and "--stop-reward" in result.stdout
     for line in [
-        "  ppo: CartPole-v1, stops at evaluation return 475 or 300000 env steps;",
+        "  ppo: CartPole-v1, stops at evaluation return 475 or 100000 env steps;",
         "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
         "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
-        "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
+        "  sac: Pendulum-v1, stops at evaluation return -250 or 20000 env steps;",
+        "environment the command line uses RL Zoo's tuned settings (rl-baselines3-zoo):",
     ]:
         assert line in result.stdout.splitlines(), line
 
@@ -289,7 +292,7 @@ def _shell(*argv, timeout=240):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 2048 does"),
+        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 256 does"),
         (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
         (["train", "--config", "lr=1e-3", "PPO", "--num-envs", "3"], "--num-envs 3: PPO's"),
     ],
@@ -318,8 +321,20 @@ def test_help_from_the_shell_lists_each_algorithm():
     result = _shell("train", "--help", timeout=120)
     assert result.returncode == 0
     for line in (
-        "dqn: CartPole-v1, stops at evaluation return 400 or 100000 env steps",
+        "dqn: CartPole-v1, stops at evaluation return 475 or 50000 env steps",
         "train_batch_size: int = 32; on CartPole-v1: 64",
     ):
         assert line in result.stdout, result.stdout
     assert "ppo: CartPole-v1" in result.stdout and "sac: Pendulum-v1" in result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_each_default_config_builds_its_algorithm(name):
+    defaults = DEFAULTS[name]
+    env = gym.make(defaults.env)
+    algorithm = algorithms.build(name, env.observation_space, env.action_space, defaults.config)
+    for field, value in defaults.config.items():
+        # Lists of pairs are frozen into tuples; everything given arrives as given.
+        assert getattr(algorithm.config, field) == value, field
+    steps = algorithm.rollout_steps(defaults.num_envs) * defaults.num_envs
+    assert 0 < steps <= defaults.eval_every <= defaults.max_steps
