@@ -21,7 +21,7 @@ in each repeat so that both see the same machine load. The median over repeats i
 reported.
 
 ``--solve`` times DQN on CartPole-v1 to an evaluation return of 475 instead: the
-command line's settings (RL Zoo's) through the Trainer, and sbx's DQN with RL Zoo's
+command line's settings (``jaxlearner train dqn``) through the Trainer, and sbx's DQN with RL Zoo's
 CartPole hyperparameters, each from construction (compilation included) to the first
 evaluation (10 deterministic episodes every 2560 env steps) that reaches 475, seeds
 interleaved, in one process.

@@ -263,8 +263,8 @@ def test_help_runs_as_a_module():
         "  ppo: CartPole-v1, stops at evaluation return 475 or 100000 env steps;",
         "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
         "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
-        "  sac: Pendulum-v1, stops at evaluation return -250 or 20000 env steps;",
-        "environment the command line uses RL Zoo's tuned settings (rl-baselines3-zoo):",
+        "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
+        "environment the command line uses tuned settings: RL Zoo's for PPO, settings",
     ]:
         assert line in result.stdout.splitlines(), line
 
@@ -321,7 +321,7 @@ def test_help_from_the_shell_lists_each_algorithm():
     result = _shell("train", "--help", timeout=120)
     assert result.returncode == 0
     for line in (
-        "dqn: CartPole-v1, stops at evaluation return 475 or 50000 env steps",
+        "dqn: CartPole-v1, stops at evaluation return 400 or 100000 env steps",
         "train_batch_size: int = 32; on CartPole-v1: 64",
     ):
         assert line in result.stdout, result.stdout
