@@ -98,9 +98,9 @@ DEFAULTS: dict[str, Defaults] = {
     ),
     "dqn": Defaults(
         # Tuned here rather than RL Zoo's (one env, 256 steps then 128 updates, target copy
-        # every 10 steps, 256x256): those took 35.8k env steps and 2.6x the time to solve
-        # CartPole on this CPU (seed 0), these 7.7k; benchmarks/bench_intensity.py --solve
-        # compares them with sbx's DQN at RL Zoo's settings.
+        # every 10 steps, 256x256): to two evaluations >= 475 (seed 0, a 2-core CPU) those
+        # took 35.8k env steps and 2.6x the time, these 7.7k; benchmarks/bench_intensity.py
+        # --solve compares these with sbx's DQN at RL Zoo's settings.
         env="CartPole-v1",
         config={
             "lr": 2.3e-3,

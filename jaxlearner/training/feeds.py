@@ -143,15 +143,19 @@ class ReplayFeed:
             state: LearnerState,
             buffer: Buffer,
             experience: Experience,
-            keys: jax.Array,
+            key: jax.Array,
             env_steps: jax.Array,
+            count: int,
         ) -> tuple[LearnerState, Buffer, Any]:
+            keys = jax.random.split(key, count)
             return replay_updates(state, add(buffer, experience), keys, env_steps)
 
-        # One compiled call per iteration: with one update per env step and short
-        # rollouts, every dispatch counts.
+        # One compiled call per iteration (the key split included): with one update per
+        # env step and short rollouts, every dispatch counts.
         self._add = jax.jit(add, donate_argnums=0)
-        self._add_and_update = jax.jit(add_and_update, donate_argnums=(0, 1))
+        self._add_and_update = jax.jit(
+            add_and_update, donate_argnums=(0, 1), static_argnames="count"
+        )
         self._buffer: Buffer | None = None
         self._updates_due = 0.0
         self._uncounted_env_steps = 0
@@ -182,10 +186,9 @@ class ReplayFeed:
         if count == 0:
             self._buffer = self._add(self._buffer, experience)
             return state, None
-        keys = jax.random.split(key, count)
         counted = np.int32(self._uncounted_env_steps)
         state, self._buffer, metrics = self._add_and_update(
-            state, self._buffer, experience, keys, counted
+            state, self._buffer, experience, key, counted, count=count
         )
         self._uncounted_env_steps = 0
         return state, metrics
