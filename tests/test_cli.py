@@ -1,5 +1,6 @@
 """The jaxlearner command: train on a tiny budget, eval, plot, and bad input."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -338,3 +339,16 @@ def test_each_default_config_builds_its_algorithm(name):
         assert getattr(algorithm.config, field) == value, field
     steps = algorithm.rollout_steps(defaults.num_envs) * defaults.num_envs
     assert 0 < steps <= defaults.eval_every <= defaults.max_steps
+
+
+def test_resume_keeps_the_config_the_run_was_trained_with(run, monkeypatch):
+    # The command line's defaults may change between a run and its resumption; the
+    # resumed run takes its whole config from the checkpoint, not today's defaults.
+    from jaxlearner.training import cli
+
+    trained = cli._build(cli._settings(cli._parser().parse_args(["train", "--resume", str(run)])))
+    changed = {**DEFAULTS["ppo"].config, "gamma": 0.5, "lambda_": 0.5}
+    monkeypatch.setitem(cli.DEFAULTS, "ppo", dataclasses.replace(DEFAULTS["ppo"], config=changed))
+    args = cli._parser().parse_args(["train", "--resume", str(run)])
+    resumed = cli._build(cli._settings(args))
+    assert resumed.config == trained.config and resumed.config.gamma != 0.5

@@ -406,7 +406,7 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
         return _RunSettings(
             algorithm=name,
             env=env_id,
-            config={key: _tuples(value) for key, value in info["config"].items()},
+            config=_saved_config(pathlib.Path(args.resume), info["config"]),
             num_envs=info["num_envs"],
             seed=info["seed"],
             stop_reward=info["stop_reward"],
@@ -452,6 +452,25 @@ def _settings(args: argparse.Namespace) -> _RunSettings:
         checkpoint_every_steps=args.checkpoint_every_steps or eval_every,
         devices=args.devices,
     )
+
+
+def _saved_config(run: pathlib.Path, recorded: dict[str, Any]) -> dict[str, Any]:
+    """The whole config the run's latest checkpoint was trained with.
+
+    ``run.json`` records only the ``--config`` overrides; the command line's
+    defaults beneath them may have changed since (they did for PPO), so a
+    resumed run takes its config from the learner recipe saved with the
+    checkpoint, and from ``run.json`` only where there is none.
+    """
+    import jaxlearner as jl
+
+    if not (run / CHECKPOINTS).is_dir():
+        return {key: _tuples(value) for key, value in recorded.items()}
+    with jl.CheckpointManager(run / CHECKPOINTS, read_only=True) as checkpoint:
+        step = checkpoint.latest_step()
+        recipe = checkpoint.metadata(step).get("recipe") if step is not None else None
+    config = recipe["config"] if recipe else recorded
+    return {key: _tuples(value) for key, value in config.items()}
 
 
 def _reward_threshold(env_id: str) -> float | None:
