@@ -1,5 +1,6 @@
 """The jaxlearner command: train on a tiny budget, eval, plot, and bad input."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -7,10 +8,12 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import pytest
 
+from jaxlearner import algorithms
+from jaxlearner.training.cli import DEFAULTS, main
 from jaxlearner.training.cli import NO_CACHE_VARIABLE as NO_CACHE
-from jaxlearner.training.cli import main
 from jaxlearner.training.loggers import read_json_lines
 
 TINY = [
@@ -109,7 +112,7 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["eval", "RUN", "--render", "ascii"], "argument --render: invalid choice: 'ascii'"),
         (["plot"], "the following arguments are required: runs"),
         (["train", "ppo", "--devices", "9"], "--devices 9: devices=9 but 8 device(s)"),
-        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 2048 does"),
+        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 256 does"),
         # PPO in capitals, and after --config: both name the algorithm.
         (["train", "--config", "lr=1e-3", "PPO", "--num-envs", "3"], "--num-envs 3: PPO's"),
         (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
@@ -258,10 +261,11 @@ def test_help_runs_as_a_module():
     )
     assert result.returncode == 0 and "--stop-reward" in result.stdout
     for line in [
-        "  ppo: CartPole-v1, stops at evaluation return 475 or 300000 env steps;",
+        "  ppo: CartPole-v1, stops at evaluation return 475 or 100000 env steps;",
         "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
         "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
         "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
+        "environment the command line uses tuned settings: RL Zoo's for PPO, settings",
     ]:
         assert line in result.stdout.splitlines(), line
 
@@ -289,7 +293,7 @@ def _shell(*argv, timeout=240):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 2048 does"),
+        (["train", "ppo", "--num-envs", "3"], "--num-envs 3: PPO's train_batch_size 256 does"),
         (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
         (["train", "--config", "lr=1e-3", "PPO", "--num-envs", "3"], "--num-envs 3: PPO's"),
     ],
@@ -323,3 +327,31 @@ def test_help_from_the_shell_lists_each_algorithm():
     ):
         assert line in result.stdout, result.stdout
     assert "ppo: CartPole-v1" in result.stdout and "sac: Pendulum-v1" in result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_each_default_config_builds_its_algorithm(name):
+    defaults = DEFAULTS[name]
+    env = gym.make(defaults.env)
+    algorithm = algorithms.build(name, env.observation_space, env.action_space, defaults.config)
+    for field, value in defaults.config.items():
+        # Lists of pairs are frozen into tuples; everything given arrives as given.
+        assert getattr(algorithm.config, field) == value, field
+    if defaults.offline:  # no rollouts: an iteration trains on dataset rows
+        assert 0 < algorithm.train_batch_size <= defaults.eval_every <= defaults.max_steps
+        return
+    steps = algorithm.rollout_steps(defaults.num_envs) * defaults.num_envs
+    assert 0 < steps <= defaults.eval_every <= defaults.max_steps
+
+
+def test_resume_keeps_the_config_the_run_was_trained_with(run, monkeypatch):
+    # The command line's defaults may change between a run and its resumption; the
+    # resumed run takes its whole config from the checkpoint, not today's defaults.
+    from jaxlearner.training import cli
+
+    trained = cli._build(cli._settings(cli._parser().parse_args(["train", "--resume", str(run)])))
+    changed = {**DEFAULTS["ppo"].config, "gamma": 0.5, "lambda_": 0.5}
+    monkeypatch.setitem(cli.DEFAULTS, "ppo", dataclasses.replace(DEFAULTS["ppo"], config=changed))
+    args = cli._parser().parse_args(["train", "--resume", str(run)])
+    resumed = cli._build(cli._settings(args))
+    assert resumed.config == trained.config and resumed.config.gamma != 0.5

@@ -125,3 +125,80 @@ def test_evaluate_runs_one_whole_episode_per_env():
     assert stats["length_mean"] == stats["return_mean"]
     with pytest.raises(RuntimeError, match="did not finish within 64 steps"):
         evaluate(EnvRunner("Pendulum-v1"), random_box, None, jax.random.key(0), max_steps=64)
+
+
+def lean_on_pole(params, obs, key):
+    """Deterministic: push toward the side the pole leans to (episodes of varied lengths)."""
+    return (obs[:, 2] > 0).astype(jax.numpy.int32), {}
+
+
+def hand_run_episode(seed):
+    """One CartPole episode of ``lean_on_pole`` by hand, with gymnasium's plain env."""
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=seed)
+    total, length, done = 0.0, 0, False
+    while not done:
+        action = int(obs[2] > 0)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total, length, done = total + reward, length + 1, terminated or truncated
+    return total, length
+
+
+@pytest.mark.parametrize("mode", ["same", "next"])
+def test_evaluate_equals_hand_run_episodes(mode):
+    # A vector env seeded with s seeds its sub-environment i with s + i.
+    seed, count = 7, 5
+    if mode == "same":
+        runner = EnvRunner("CartPole-v1", num_envs=count)
+    else:
+        runner = EnvRunner(gym.make_vec("CartPole-v1", num_envs=count, vectorization_mode="sync"))
+    stats = evaluate(runner, lean_on_pole, None, jax.random.key(0), seed=seed)
+    episodes = [hand_run_episode(seed + i) for i in range(count)]
+    returns = np.array([r for r, _ in episodes])
+    assert len(set(returns)) > 1  # lengths differ: later steps of finished envs are ignored
+    assert stats == {
+        "return_mean": returns.mean(),
+        "return_min": returns.min(),
+        "return_max": returns.max(),
+        "length_mean": np.mean([n for _, n in episodes]),
+        "episodes": float(count),
+    }
+    # Evaluating again from the same seed gives the same episodes.
+    assert evaluate(runner, lean_on_pole, None, jax.random.key(1), seed=seed) == stats
+
+
+def sampled_evaluate(runner, policy, params, key, seed):
+    """The reference: 32-step rollouts of ``EnvRunner.sample``, first episode of each env."""
+    runner.reset(seed)
+    returns, lengths = {}, {}
+    while len(returns) < runner.num_envs:
+        key, sample_key = jax.random.split(key)
+        rollout = runner.sample(policy, params, 32, sample_key)
+        for env, episode_return, length in zip(
+            rollout.episode_envs, rollout.episode_returns, rollout.episode_lengths, strict=True
+        ):
+            returns.setdefault(env, episode_return)
+            lengths.setdefault(env, length)
+    return sorted(returns.values()), np.mean(list(lengths.values()))
+
+
+def test_evaluate_keys_equal_those_of_sampled_rollouts():
+    # A stochastic policy's episodes depend on every step's key: evaluate hands out the
+    # keys that 32-step rollouts of EnvRunner.sample would, so the episodes are the same.
+    runner = EnvRunner("CartPole-v1", num_envs=3)
+    stats = evaluate(runner, random_discrete, None, jax.random.key(5), seed=11)
+    returns, length_mean = sampled_evaluate(runner, random_discrete, None, jax.random.key(5), 11)
+    assert stats["return_min"] == returns[0] and stats["return_max"] == returns[-1]
+    assert stats["return_mean"] == pytest.approx(np.mean(returns))
+    assert stats["length_mean"] == pytest.approx(length_mean)
+
+
+@pytest.mark.parametrize("make_key", [jax.random.key, jax.random.PRNGKey])
+def test_sample_gives_step_t_the_key_split_t(make_key):
+    # Step t acts with jax.random.split(key, T)[t], typed keys and raw uint32 keys alike.
+    runner = EnvRunner("CartPole-v1", num_envs=3, seed=0)
+    key = make_key(4)
+    rollout = runner.sample(random_discrete, None, 6, key)
+    keys = jax.random.split(key, 6)
+    expected = [random_discrete(None, rollout.obs[t], keys[t])[0] for t in range(6)]
+    np.testing.assert_array_equal(rollout.actions, np.stack(expected))

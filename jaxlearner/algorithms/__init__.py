@@ -1,4 +1,4 @@
-"""Built-in algorithms: PPO, APPO, DQN, SAC, BC and MARWIL, each a recipe around the generic Learner.
+"""Built-in algorithms: PPO, APPO, DQN, SAC, BC and MARWIL, recipes around the generic Learner.
 
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,

@@ -52,6 +52,9 @@ or a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`."""
 
 VECTORIZATION: tuple[str, ...] = ("sync", "async")
 
+EVAL_KEY_BLOCK = 32
+"""Steps per key split in :func:`evaluate`: the key stream of rollouts of 32 steps."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
@@ -208,7 +211,7 @@ class EnvRunner:
                 "The vector env's autoreset_mode is DISABLED; EnvRunner needs NEXT_STEP or "
                 "SAME_STEP so that finished sub-environments reset."
             )
-        self._policies: dict[int, Callable[..., Any]] = {}
+        self._policies: dict[tuple[int, str, bool], Callable[..., Any]] = {}
         self.reset(seed)
 
     def reset(self, seed: int | None = None) -> None:
@@ -265,10 +268,29 @@ class EnvRunner:
         self._saved_carry = None
         return jax.tree.unflatten(treedef, [jnp.asarray(x) for x in saved])
 
-    def _jitted(self, policy: Policy) -> Callable[..., Any]:
-        if id(policy) not in self._policies:
-            self._policies[id(policy)] = jax.jit(policy)
-        return self._policies[id(policy)]
+    def _compiled(self, policy: Policy, impl: Any, actions_only: bool) -> Callable[..., Any]:
+        """``policy`` jitted to take its key as key data (a host array, indexed for free),
+        wrapped back with ``impl`` (``None``: raw ``uint32`` keys); compiled once per policy.
+        A recurrent policy keeps its signature (carry and ``is_first`` before the key)."""
+        cache_key = (id(policy), str(impl), actions_only)
+        if cache_key not in self._policies:
+
+            def wrap(key_data: jax.Array) -> jax.Array:
+                return key_data if impl is None else jax.random.wrap_key_data(key_data, impl=impl)
+
+            if isinstance(policy, RecurrentAct):
+
+                def act(params: Params, carry: Any, obs: Any, first: Any, key_data: Any) -> Any:
+                    return policy(params, carry, obs, first, wrap(key_data))
+
+            else:
+
+                def act(params: Params, obs: jax.Array, key_data: jax.Array) -> Any:
+                    actions, extras = policy(params, obs, wrap(key_data))
+                    return actions if actions_only else (actions, extras)
+
+            self._policies[cache_key] = jax.jit(act)
+        return self._policies[cache_key]
 
     def sample(self, policy: Policy, params: Params, num_steps: int, key: jax.Array) -> Rollout:
         """Steps all sub-environments ``num_steps`` times with ``policy``.
@@ -286,7 +308,9 @@ class EnvRunner:
         """
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps must be a positive int; got {num_steps!r}.")
-        act = self._jitted(policy)
+        # The keys as one host array: indexing a device array would cost a dispatch per step.
+        keys, impl = _split_to_host(key, num_steps)
+        act = self._compiled(policy, impl, actions_only=False)
         recurrent = isinstance(policy, RecurrentAct)
         if recurrent:
             self._carry = self._recurrent_carry(policy)
@@ -306,7 +330,7 @@ class EnvRunner:
         episode_returns: list[float] = []
         episode_lengths: list[int] = []
         episode_envs: list[int] = []
-        for step_key in jax.random.split(key, num_steps):
+        for step_key in keys:
             if recurrent:
                 actions, extra, self._carry = act(
                     params, self._carry, self._obs, self._first, step_key
@@ -485,6 +509,15 @@ def _as_obs(obs: Any) -> np.ndarray:
     return obs.astype(np.float32) if obs.dtype == np.float64 else obs
 
 
+def _split_to_host(key: jax.Array, num: int) -> tuple[np.ndarray, Any]:
+    """``num`` keys split from ``key`` as one host array of key data, and their impl
+    (``None`` for raw ``uint32`` keys, which are their own data)."""
+    keys = jax.random.split(key, num)
+    if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(keys)), jax.random.key_impl(keys)
+    return np.asarray(keys), None
+
+
 def _stack_on_device(extras: list[Mapping[str, Any]]) -> dict[str, jax.Array]:
     if not extras or not extras[0]:
         return {}
@@ -504,6 +537,15 @@ def evaluate(
     Taking one whole episode per sub-environment (rather than the first
     episodes to finish) keeps short episodes from being over-represented.
 
+    All sub-environments step together; each step is one call of the jitted
+    policy returning only the actions (compiled once per policy and runner),
+    one copy of the actions to the host and one step of the vector env, so
+    evaluation costs about what the environment does.
+    The loop stops as soon as every sub-environment has finished its first
+    episode. Which key each step gets is the same as in
+    :meth:`EnvRunner.sample`'s rollouts of 32 steps, so a stochastic
+    policy's episodes do not change either.
+
     Args:
       runner: an :class:`EnvRunner`; one episode per sub-environment is run.
       policy: as for :meth:`EnvRunner.sample`, e.g. a deterministic policy.
@@ -517,8 +559,63 @@ def evaluate(
 
     Raises:
       RuntimeError: when an episode has not finished within ``max_steps``.
+
+    Example:
+      >>> runner = EnvRunner("CartPole-v1", num_envs=4)
+      >>> push_right = lambda params, obs, key: (jnp.ones(obs.shape[:1], jnp.int32), {})
+      >>> evaluate(runner, push_right, None, jax.random.key(0), seed=0)["episodes"]
+      4.0
     """
     runner.reset(seed)
+    if isinstance(policy, RecurrentAct):
+        return _evaluate_by_rollouts(runner, policy, params, key, max_steps)
+    envs, count = runner.envs, runner.num_envs
+    next_step = runner.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP
+    obs = runner._obs
+    resetting = np.zeros(count, bool)
+    finished = np.zeros(count, bool)
+    returns = np.zeros(count, np.float64)
+    lengths = np.zeros(count, np.int64)
+    steps = 0
+    keys, act = None, None
+    while not finished.all():
+        if steps >= max_steps:
+            raise RuntimeError(
+                f"{int((~finished).sum())} evaluation episode(s) did not finish within "
+                f"{max_steps} steps."
+            )
+        if steps % EVAL_KEY_BLOCK == 0:
+            key, block_key = jax.random.split(key)
+            keys, impl = _split_to_host(block_key, EVAL_KEY_BLOCK)
+            act = runner._compiled(policy, impl, actions_only=True)
+        actions = np.asarray(act(params, obs, keys[steps % EVAL_KEY_BLOCK]))
+        obs, rewards, terminated, truncated, _ = envs.step(actions)
+        obs = _as_obs(obs)
+        steps += 1
+        counted = ~resetting & ~finished
+        returns += np.where(counted, rewards, 0.0)
+        lengths += counted
+        done = terminated | truncated
+        finished |= done & counted
+        if next_step:
+            resetting = done & ~resetting
+    runner._obs, runner._resetting = obs, resetting
+    runner._returns[:] = 0.0
+    runner._lengths[:] = 0
+    return {
+        "return_mean": float(returns.mean()),
+        "return_min": float(returns.min()),
+        "return_max": float(returns.max()),
+        "length_mean": float(lengths.mean()),
+        "episodes": float(count),
+    }
+
+
+def _evaluate_by_rollouts(
+    runner: EnvRunner, policy: RecurrentAct, params: Params, key: jax.Array, max_steps: int
+) -> dict[str, float]:
+    """The first episode of every sub-environment by rollouts of 32 steps (with the carry
+    :meth:`EnvRunner.sample` keeps, for a recurrent policy)."""
     returns: dict[int, float] = {}
     lengths: dict[int, int] = {}
     steps = 0

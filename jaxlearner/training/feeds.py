@@ -134,9 +134,28 @@ class ReplayFeed:
 
     def __init__(self, algorithm: OffPolicyAlgorithm) -> None:
         self._algorithm = algorithm
-        self._transitions = jax.jit(algorithm.transitions)
-        self._add = jax.jit(replay_add, donate_argnums=0)
-        self._replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=(0, 1))
+        transitions, replay_updates = algorithm.transitions, make_replay_updates(algorithm)
+
+        def add(buffer: Buffer, experience: Experience) -> Buffer:
+            return replay_add(buffer, transitions(experience))
+
+        def add_and_update(
+            state: LearnerState,
+            buffer: Buffer,
+            experience: Experience,
+            key: jax.Array,
+            env_steps: jax.Array,
+            count: int,
+        ) -> tuple[LearnerState, Buffer, Any]:
+            keys = jax.random.split(key, count)
+            return replay_updates(state, add(buffer, experience), keys, env_steps)
+
+        # One compiled call per iteration (the key split included): with one update per
+        # env step and short rollouts, every dispatch counts.
+        self._add = jax.jit(add, donate_argnums=0)
+        self._add_and_update = jax.jit(
+            add_and_update, donate_argnums=(0, 1), static_argnames="count"
+        )
         self._buffer: Buffer | None = None
         self._updates_due = 0.0
         self._uncounted_env_steps = 0
@@ -156,20 +175,21 @@ class ReplayFeed:
     ) -> tuple[LearnerState, Any]:
         del module
         algorithm = self._algorithm
-        rows = self._transitions(experience)
         if self._buffer is None:
-            example = jax.tree.map(lambda x: x[0], rows)
+            rows = jax.eval_shape(algorithm.transitions, experience)
+            example = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows)
             self._buffer = algorithm.learner.placement.put(replay_init(algorithm, example))
-        self._buffer = self._add(self._buffer, rows)
         self._uncounted_env_steps += env_steps
         count, self._updates_due = updates_due(
             algorithm, env_steps_before, env_steps, self._updates_due
         )
         if count == 0:
+            self._buffer = self._add(self._buffer, experience)
             return state, None
-        keys = jax.random.split(key, count)
         counted = np.int32(self._uncounted_env_steps)
-        state, self._buffer, metrics = self._replay_updates(state, self._buffer, keys, counted)
+        state, self._buffer, metrics = self._add_and_update(
+            state, self._buffer, experience, key, counted, count=count
+        )
         self._uncounted_env_steps = 0
         return state, metrics
 
