@@ -44,7 +44,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium as gym
 import jax
@@ -52,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import fused_ppo
-from ppo_workload import machine, write_results
+from ppo_workload import compile_stats, machine, write_results
 
 import jaxlearner as jl
 from jaxlearner import anakin
@@ -191,21 +190,6 @@ def peer_trains(reference: fused_ppo.FusedPPOConfig) -> dict[str, Callable]:
     }
 
 
-def compile_timed(train: Callable, keys: jax.Array) -> tuple[Any, dict]:
-    """``jax.jit(jax.vmap(train))`` lowered then compiled, each timed; HLO size too."""
-    start = time.perf_counter()
-    lowered = jax.jit(jax.vmap(train)).lower(keys)
-    lower_s = time.perf_counter() - start
-    start = time.perf_counter()
-    compiled = lowered.compile()
-    compile_s = time.perf_counter() - start
-    return compiled, {
-        "lower_s": lower_s,
-        "compile_s": compile_s,
-        "stablehlo_chars": len(lowered.as_text()),
-    }
-
-
 def final_return(metrics: dict) -> float:
     """Median over seeds of the mean return of episodes ended in the last 10 updates."""
     returns = np.asarray(metrics["episode_return_mean"])[:, -10:]
@@ -217,7 +201,7 @@ def bench_peer(num_seeds: int, repeats: int, reference: fused_ppo.FusedPPOConfig
     trains = peer_trains(reference)
     compiled, stats = {}, {}
     for name, train in trains.items():
-        compiled[name], stats[name] = compile_timed(train, keys)
+        compiled[name], stats[name] = compile_stats(jax.vmap(train), keys)
     returns = {}
     for name, call in compiled.items():  # a warm-up call each, untimed
         returns[name] = final_return(jax.block_until_ready(call(keys))[1])
@@ -262,15 +246,15 @@ def main_peer(args: argparse.Namespace) -> None:
     write_results("bench_anakin_peer", report)
     print(f"machine: {report['machine']}")
     print(
-        "| variant | seeds | lower (s) | compile (s) | StableHLO (kchars) | median call (s) | "
-        "env steps/s | return, last 10 updates |"
+        "| variant | seeds | lower (s) | compile (s) | StableHLO (kchars) | HLO instructions | "
+        "median call (s) | env steps/s | return, last 10 updates |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['variant']} | {r['seeds']} | {r['lower_s']:.2f} | {r['compile_s']:.2f} | "
-            f"{r['stablehlo_chars'] / 1000:.0f} | {r['median_s']:.2f} | "
-            f"{r['env_steps_per_s']:,.0f} | {r['final_return']:.0f} |"
+            f"{r['stablehlo_chars'] / 1000:.0f} | {r['hlo_instructions']:,} | "
+            f"{r['median_s']:.2f} | {r['env_steps_per_s']:,.0f} | {r['final_return']:.0f} |"
         )
     print()
     for seeds in args.peer_seeds:
