@@ -15,7 +15,7 @@ times=2)``), or at ``n_timesteps``.
 
 Prints one JSON line: ``reached``, ``env_steps`` and ``train_time_s`` at the
 first evaluation at or above the threshold (time from building the model,
-evaluations included), and ``total_env_steps``.
+evaluations included), and ``total_env_steps``. Torch runs on one thread.
 """
 
 from __future__ import annotations
@@ -98,8 +98,13 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     args = parser.parse_args()
 
+    import torch
     from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
     from stable_baselines3.common.env_util import make_vec_env
+
+    # One thread: the fastest for these small MLPs, and it keeps OpenMP's spinning workers
+    # from stalling SB3 on a small, shared machine (RL-Zoo's --num-threads 1).
+    torch.set_num_threads(1)
 
     algorithm, env_id, n_envs, hyperparams = PEERS[args.peer]()
     n_timesteps = hyperparams.pop("n_timesteps")
