@@ -152,7 +152,7 @@ def compile_stats(function: Callable, *args: Any) -> tuple[Any, dict[str, float]
       ``"hlo_instructions"`` (instructions of the optimized HLO, all
       computations; what XLA's CPU backend turns into code)``}``.
     """
-    inner = getattr(function, "__wrapped__", function)  # unjitted, if it was jitted
+    inner = function.__wrapped__ if hasattr(function, "lower") else function  # unjit a jax.jit
     start = time.perf_counter()
     # A fresh function each time, so neither tracing nor compiling hits JAX's in-memory caches.
     lowered = jax.jit(lambda *a: inner(*a)).lower(*args)
