@@ -122,6 +122,7 @@ def run_algorithm(
         run_once(algorithm, seeds[0], folder / "warm-up", cache_folder)
     variants = {f"jaxlearner, cache {cache}": cache for cache in caches}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    peers = peers and algorithm in PEERS  # an algorithm without a peer runs alone
     if peers:
         runs[PEERS[algorithm]] = []
     for seed in seeds:
@@ -157,7 +158,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for algorithm, variants in results.items():
-        peer = variants.get(PEERS[algorithm])
+        peer = variants.get(PEERS.get(algorithm, ""))
         peer_wall = statistics.median(r["command_wall_s"] for r in peer) if peer else None
         for variant, runs in variants.items():
             ok = [r for r in runs if r["reached"]]
