@@ -142,6 +142,33 @@ def measure(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, d
     return results
 
 
+def compile_stats(function: Callable, *args: Any) -> tuple[Any, dict[str, float]]:
+    """``jax.jit(function)`` lowered, then compiled, for ``args``; each step timed.
+
+    Returns:
+      ``(compiled, stats)``: the compiled executable and ``{"lower_s"``
+      (tracing and lowering to StableHLO), ``"compile_s"`` (XLA),
+      ``"stablehlo_chars"`` (the lowered program's text length),
+      ``"hlo_instructions"`` (instructions of the optimized HLO, all
+      computations; what XLA's CPU backend turns into code)``}``.
+    """
+    inner = function.__wrapped__ if hasattr(function, "lower") else function  # unjit a jax.jit
+    start = time.perf_counter()
+    # A fresh function each time, so neither tracing nor compiling hits JAX's in-memory caches.
+    lowered = jax.jit(lambda *a: inner(*a)).lower(*args)
+    lower_s = time.perf_counter() - start
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - start
+    optimized = compiled.as_text() or ""
+    return compiled, {
+        "lower_s": lower_s,
+        "compile_s": compile_s,
+        "stablehlo_chars": len(lowered.as_text()),
+        "hlo_instructions": sum(" = " in line for line in optimized.splitlines()),
+    }
+
+
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 
 

@@ -136,6 +136,11 @@ def test_config_and_inputs_are_validated():
     with pytest.raises(ValueError, match=r"must divide num_iterations \(10\); divisors: \[1, 2"):
         anakin.AnakinConfig(num_iterations=10, eval_interval=3)
     assert anakin.AnakinConfig(num_iterations=10, eval_interval=5).num_evals == 2
+    assert anakin.AnakinConfig(num_iterations=10, evaluate=False).num_evals == 0
+    with pytest.raises(ValueError, match=r"eval_interval \(5\) needs evaluate=True"):
+        anakin.AnakinConfig(num_iterations=10, eval_interval=5, evaluate=False)
+    with pytest.raises(TypeError, match="evaluate must be a bool; got 'no'"):
+        anakin.AnakinConfig(evaluate="no")
     ppo = build("ppo", TINY_PPO)
     with pytest.raises(TypeError, match="pure-JAX environment"):
         anakin.make_train(ppo, gym.make("CartPole-v1"), TINY_RUN)
@@ -228,6 +233,29 @@ def test_evaluation_runs_each_environments_first_episode():
 
 
 # Training runs.
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_without_evaluation_the_same_iterations_run_in_a_smaller_program(jit):
+    ppo = build("ppo", TINY_PPO)
+    with_eval = anakin.make_anakin(ppo, CARTPOLE, TINY_RUN)
+    without = anakin.make_anakin(
+        ppo, CARTPOLE, anakin.AnakinConfig(num_envs=4, num_iterations=2, evaluate=False)
+    )
+    call = jax.jit if jit else (lambda f: f)
+    key = jax.random.key(0)
+    state, metrics = call(with_eval.train)(key)
+    state_without, metrics_without = call(without.train)(key)
+    # The one evaluation comes after the last iteration (eval_interval None): it splits the
+    # run's key, and changes nothing else.
+    assert set(metrics) - set(metrics_without) == {
+        "eval/return_mean", "eval/return_min", "eval/return_max", "eval/length_mean",
+        "eval/env_steps", "eval/iteration",
+    }  # fmt: skip
+    assert_trees_close({k: metrics[k] for k in metrics_without}, metrics_without)
+    assert_trees_close(state.learner.modules, state_without.learner.modules)
+    size = lambda train: len(jax.jit(train).lower(key).as_text())
+    assert size(without.train) < size(with_eval.train)
 
 
 def test_a_sweep_returns_per_configuration_curves_compiled_once():
