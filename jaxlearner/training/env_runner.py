@@ -41,6 +41,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.algorithms.algorithm import RecurrentAct
+from jaxlearner.training.env_state import (
+    decode_array,
+    encode_array,
+    plain_attributes,
+    set_plain_attributes,
+)
 from jaxlearner.types import Params
 
 EnvLike: TypeAlias = str | gym.Env | gym.vector.VectorEnv | Callable[[], gym.Env]
@@ -403,16 +409,16 @@ class EnvRunner:
         envs = getattr(self._envs, "envs", None)
         exact = isinstance(self._envs, gym.vector.SyncVectorEnv) and envs is not None
         return {
-            "obs": _encode(self._obs),
-            "resetting": _encode(self._resetting),
-            "returns": _encode(self._returns),
-            "lengths": _encode(self._lengths),
-            "first": _encode(self._first),
+            "obs": encode_array(self._obs),
+            "resetting": encode_array(self._resetting),
+            "returns": encode_array(self._returns),
+            "lengths": encode_array(self._lengths),
+            "first": encode_array(self._first),
             "carry": None
             if self._carry is None
-            else [_encode(np.asarray(x)) for x in jax.tree.leaves(self._carry)],
+            else [encode_array(np.asarray(x)) for x in jax.tree.leaves(self._carry)],
             "env_state_exact": exact,
-            "envs": [[_attributes(layer) for layer in _layers(env)] for env in envs]
+            "envs": [[plain_attributes(layer) for layer in _layers(env)] for env in envs]
             if exact
             else None,
         }
@@ -424,20 +430,20 @@ class EnvRunner:
           ValueError: when the number of sub-environments or their wrapper
             layers differ from the captured ones.
         """
-        obs = _decode(state["obs"])
+        obs = decode_array(state["obs"])
         if obs.shape[0] != self.num_envs:
             raise ValueError(
                 f"The saved runner had {obs.shape[0]} environments; this one has {self.num_envs}."
             )
         self._obs = obs
-        self._resetting = _decode(state["resetting"])
-        self._returns = _decode(state["returns"])
-        self._lengths = _decode(state["lengths"])
+        self._resetting = decode_array(state["resetting"])
+        self._returns = decode_array(state["returns"])
+        self._lengths = decode_array(state["lengths"])
         # States saved before recurrent policies existed: the next step starts afresh.
-        self._first = _decode(state["first"]) if "first" in state else np.ones(len(obs), bool)
+        self._first = decode_array(state["first"]) if "first" in state else np.ones(len(obs), bool)
         self._carry = None
         saved_carry = state.get("carry")
-        self._saved_carry = None if saved_carry is None else [_decode(x) for x in saved_carry]
+        self._saved_carry = None if saved_carry is None else [decode_array(x) for x in saved_carry]
         saved_envs = state.get("envs")
         envs = getattr(self._envs, "envs", None)
         if not saved_envs or envs is None:
@@ -450,7 +456,7 @@ class EnvRunner:
                     f"{len(layers)} ({[type(layer).__name__ for layer in layers]})."
                 )
             for layer, attributes in zip(layers, saved_layers, strict=True):
-                _set_attributes(layer, attributes)
+                set_plain_attributes(layer, attributes)
 
 
 def _layers(env: gym.Env) -> list[Any]:
@@ -459,48 +465,6 @@ def _layers(env: gym.Env) -> list[Any]:
     while isinstance(layers[-1], gym.Wrapper):
         layers.append(layers[-1].env)
     return layers
-
-
-def _attributes(obj: Any) -> dict[str, Any]:
-    """``obj``'s attributes that are plain data, JSON-encoded."""
-    captured = {}
-    for name, value in vars(obj).items():
-        if isinstance(value, np.random.Generator):
-            captured[name] = {"__generator__": value.bit_generator.state}
-        elif value is None or isinstance(value, bool | int | float | str):
-            captured[name] = {"__value__": value}
-        elif isinstance(value, np.ndarray | np.number | np.bool_) and value.dtype != object:
-            captured[name] = _encode(value)
-    return captured
-
-
-def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
-    for name, encoded in attributes.items():
-        if "__generator__" in encoded:
-            current = vars(obj).get(name)
-            if not isinstance(current, np.random.Generator):
-                current = np.random.Generator(np.random.PCG64())
-                setattr(obj, name, current)
-            current.bit_generator.state = encoded["__generator__"]
-        elif "__value__" in encoded:
-            setattr(obj, name, encoded["__value__"])
-        else:
-            value = _decode(encoded)
-            setattr(obj, name, value[()] if encoded.get("scalar") else value)
-
-
-def _encode(array: Any) -> dict[str, Any]:
-    array = np.asarray(array)
-    return {
-        "__array__": array.ravel().tolist(),
-        "dtype": str(array.dtype),
-        "shape": list(array.shape),
-        "scalar": array.ndim == 0,
-    }
-
-
-def _decode(encoded: dict[str, Any]) -> np.ndarray:
-    return np.asarray(encoded["__array__"], encoded["dtype"]).reshape(encoded["shape"])
 
 
 def _as_obs(obs: Any) -> np.ndarray:

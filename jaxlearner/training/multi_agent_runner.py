@@ -30,7 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.core.state import ModuleState
-from jaxlearner.training.env_runner import _attributes, _decode, _encode, _set_attributes
+from jaxlearner.training.env_state import (
+    decode_array,
+    encode_array,
+    plain_attributes,
+    set_plain_attributes,
+)
 from jaxlearner.training.multi_agent_env import ParallelEnvFactory, make_parallel_envs
 
 MultiAgentPolicy: TypeAlias = Callable[
@@ -263,7 +268,7 @@ class MultiAgentEnvRunner:
         """
         return {
             "obs": [
-                {agent: _encode(value) for agent, value in obs.items() if agent in self._zeros}
+                {agent: encode_array(value) for agent, value in obs.items() if agent in self._zeros}
                 for obs in self._obs
             ],
             "returns": self._returns,
@@ -272,7 +277,7 @@ class MultiAgentEnvRunner:
             "envs": [
                 {
                     "agents": list(env.agents),
-                    "layers": [_attributes(layer) for layer in _layers(env)],
+                    "layers": [plain_attributes(layer) for layer in _layers(env)],
                 }
                 for env in self._envs
             ],
@@ -297,10 +302,10 @@ class MultiAgentEnvRunner:
                     f"{len(layers)} ({[type(layer).__name__ for layer in layers]})."
                 )
             for layer, attributes in zip(layers, saved["layers"], strict=True):
-                _set_attributes(layer, attributes)
+                set_plain_attributes(layer, attributes)
             env.agents = list(saved["agents"])
         self._obs = [
-            {agent: _decode(value) for agent, value in obs.items()} for obs in state["obs"]
+            {agent: decode_array(value) for agent, value in obs.items()} for obs in state["obs"]
         ]
         self._returns = [dict(returns) for returns in state["returns"]]
         self._seen = [set(seen) for seen in state["seen"]]
