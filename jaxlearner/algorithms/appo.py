@@ -82,6 +82,7 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.ppo_objective import clipped_surrogate, explained_variance
 from jaxlearner.algorithms.returns import vtrace
 from jaxlearner.algorithms.spaces import bounds, zero_observation
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
@@ -248,17 +249,14 @@ def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):
         mean = lambda x: (x * mask).sum() / count
         ratio = jnp.exp(logp - old_logp)
         clip = hp["clip_param"]
-        surrogate = jnp.minimum(
-            ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
-        )
+        surrogate = clipped_surrogate(ratio, advantages, clip)
         vf_loss = 0.5 * (values - vs) ** 2
         entropy = policy.entropy().reshape(mask.shape)
         kl = old.kl(policy).reshape(mask.shape)
         total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
         if use_kl_loss:
             total = total + ctx.extra["kl_coeff"] * mean(kl)
-        target_var = mean((vs - mean(vs)) ** 2)
-        explained = 1.0 - mean((vs - values) ** 2) / jnp.maximum(target_var, 1e-8)
+        explained = explained_variance(vs, values, mean)
         return total, {
             "policy_loss": -mean(surrogate),
             "vf_loss": mean(vf_loss),

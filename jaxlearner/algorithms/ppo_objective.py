@@ -9,6 +9,8 @@ recurrent one over ``[B, L]`` sequences.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 
@@ -91,9 +93,7 @@ def ppo_objective(
     ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
     advantages = batch["advantages"]
     clip = hp["clip_param"]
-    surrogate = jnp.minimum(
-        ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages
-    )
+    surrogate = clipped_surrogate(ratio, advantages, clip)
     vf_error = (values - batch["value_targets"]) ** 2
     vf_loss = jnp.minimum(vf_error, hp["vf_clip_param"])
     entropy = policy.entropy()
@@ -101,9 +101,7 @@ def ppo_objective(
     total = mean(-surrogate + hp["vf_loss_coeff"] * vf_loss - hp["entropy_coeff"] * entropy)
     if use_kl_loss:
         total = total + ctx.extra["kl_coeff"] * mean(kl)
-    targets = batch["value_targets"]
-    target_var = mean((targets - mean(targets)) ** 2)
-    explained = 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
+    explained = explained_variance(batch["value_targets"], values, mean)
     return total, {
         "policy_loss": -mean(surrogate),
         "vf_loss": mean(vf_loss),
@@ -113,3 +111,18 @@ def ppo_objective(
         "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
         "vf_explained_var": explained,
     }
+
+
+def clipped_surrogate(ratio: jax.Array, advantages: jax.Array, clip: jax.Array) -> jax.Array:
+    """PPO's clipped surrogate per row: ``min(r * A, clip(r, 1 - clip, 1 + clip) * A)``
+    (to maximise; PPO and APPO take ``-mean`` of it as the policy loss)."""
+    return jnp.minimum(ratio * advantages, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * advantages)
+
+
+def explained_variance(
+    targets: jax.Array, values: jax.Array, mean: Callable[[jax.Array], jax.Array]
+) -> jax.Array:
+    """``1 - Var(targets - values) / Var(targets)`` with ``mean`` the (masked) mean over rows,
+    the variance floored at ``1e-8``: the ``vf_explained_var`` metric."""
+    target_var = mean((targets - mean(targets)) ** 2)
+    return 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
