@@ -17,7 +17,14 @@ from jaxlearner.algorithms.distributions import (
     TanhGaussian,
 )
 from jaxlearner.algorithms.encoders import CNN, MLP, Encoder, encoder_for
-from jaxlearner.algorithms.models import actor_critic, distribution_for, q_network, sac_networks
+from jaxlearner.algorithms.models import (
+    ValueHead,
+    actor_critic,
+    distribution_for,
+    q_network,
+    sac_networks,
+    with_hidden_layers,
+)
 from jaxlearner.core.optimizer import label_params
 
 spaces = gymnasium.spaces
@@ -172,6 +179,37 @@ def test_actor_critic_param_paths_separate_and_shared():
     assert set(jax.tree.leaves(labels["params"]["critic"])) == {"critic"}
     shared = actor_critic(BOX, spaces.Discrete(2), (8,), share_encoder=True)
     assert set(abstract_init(shared, obs)["params"]) == {"encoder", "actor", "critic"}
+
+
+def test_head_hidden_layers_match_hand_computation(jit):
+    assert isinstance(with_hidden_layers(ValueHead()), ValueHead)  # no layers: the head itself
+    head = with_hidden_layers(ValueHead(), (3,), "relu")
+    features = jax.random.normal(jax.random.key(1), (5, 4))
+    params = init(head, features)
+    p = params["params"]
+    dense = p["hidden"]["dense_0"]
+    hidden = np.maximum(features @ dense["kernel"] + dense["bias"], 0)
+    expected = (hidden @ p["head"]["value"]["kernel"] + p["head"]["value"]["bias"])[:, 0]
+    out = maybe_jit(head.apply, jit)(params, features)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"MLP.hidden_sizes must be positive ints; got \(0,\)"):
+        with_hidden_layers(ValueHead(), (0,))
+    with pytest.raises(ValueError, match="Unknown activation 'relu6'"):
+        with_hidden_layers(ValueHead(), (4,), "relu6")
+
+
+def test_actor_critic_head_hidden_sizes_sit_between_encoder_and_heads():
+    obs = jnp.zeros((2, 4))
+    plain = abstract_init(actor_critic(BOX, spaces.Discrete(2), (8,)), obs)["params"]
+    assert set(plain["actor"]["head"]) == {"logits"}  # the default: linear heads, as before
+    separate = actor_critic(BOX, spaces.Discrete(2), (8,), head_hidden_sizes=(6,))
+    params = abstract_init(separate, obs)["params"]
+    assert params["actor"]["head"]["hidden"]["dense_0"]["kernel"] == (8, 6)
+    assert params["critic"]["head"]["head"]["value"]["kernel"] == (6, 1)
+    shared = actor_critic(BOX, spaces.Discrete(2), (8,), share_encoder=True, head_hidden_sizes=(6,))
+    params = abstract_init(shared, obs)["params"]
+    assert params["actor"]["hidden"]["dense_0"]["kernel"] == (8, 6)
+    assert params["critic"]["head"]["value"]["kernel"] == (6, 1)
 
 
 def test_actor_critic_initial_policy(jit):

@@ -106,6 +106,12 @@ def test_recipe_and_config_validation():
         jl.algorithms.PPOConfig(train_batch_size=128, minibatch_size=256)
     with pytest.raises(ValueError, match="Malformed piecewise schedule"):
         jl.algorithms.PPOConfig(lr=[[10, 1e-3]])
+    with pytest.raises(ValueError, match=r"PPOConfig.head_hidden_sizes must be a sequence of posi"):
+        jl.algorithms.PPOConfig(head_hidden_sizes=64)
+    with pytest.raises(ValueError, match=r"PPOConfig.activation must be one of \['elu'.*'relux'"):
+        jl.algorithms.PPOConfig(activation="relux")
+    with pytest.raises(ValueError, match=r"PPOConfig.head_activation must be one of"):
+        jl.algorithms.PPOConfig(head_activation="Relu")
     with pytest.raises(ValueError, match="Unknown algorithm 'a2c'; built-in algorithms"):
         jl.algorithms.build("a2c", CARTPOLE.observation_space, CARTPOLE.action_space)
     with pytest.raises(TypeError, match="supports action spaces"):

@@ -63,6 +63,16 @@ def test_model_steps_and_carry_shapes(cell, share):
     assert not np.allclose(again, value)
 
 
+def test_head_hidden_sizes_put_layers_between_the_cell_and_each_head():
+    # The cell's outputs lie in [-1, 1]: hidden head layers let the value reach the returns.
+    algorithm = small_ppo(head_hidden_sizes=(6,), head_activation="tanh")
+    state = algorithm.learner.init(jax.random.key(0))
+    params = jax.tree.map(jnp.shape, state.modules["default_policy"].params["params"])
+    assert params["actor"]["hidden"]["dense_0"]["kernel"] == (8, 6)  # cell_size 8 -> 6
+    assert params["critic"]["head"]["value"]["kernel"] == (6, 1)
+    assert algorithm.learner.specs["default_policy"].model.critic.activation == "tanh"
+
+
 def test_is_first_zeroes_the_carry_where_an_episode_starts():
     model = recurrent_actor_critic(BOX, TWO, (16,), cell_size=8, share_encoder=True)
     zeros = initial_carry(model, 2)

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from jaxlearner.algorithms.encoders import ACTIVATIONS
 from jaxlearner.core.schedules import as_schedule
 
 ConfigT = TypeVar("ConfigT")
@@ -109,6 +110,27 @@ def check_positive_int(owner: str, **values: Any) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{owner}.{name} must be a positive int; got {value!r}.")
+
+
+def check_layers(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is a sequence of positive ints (``()`` allowed)."""
+    for name, value in values.items():
+        if (
+            isinstance(value, str | bytes)
+            or not isinstance(value, Sequence)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value)
+        ):
+            raise ValueError(
+                f"{owner}.{name} must be a sequence of positive ints (units per layer), "
+                f"e.g. (64, 64); got {value!r}."
+            )
+
+
+def check_activation(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value names an activation of the MLPs."""
+    for name, value in values.items():
+        if value not in ACTIVATIONS:
+            raise ValueError(f"{owner}.{name} must be one of {sorted(ACTIVATIONS)}; got {value!r}.")
 
 
 def check_fraction(owner: str, **values: Any) -> None:

@@ -148,6 +148,49 @@ class ValueHead(nn.Module):
         return orthogonal_dense(1, 1.0, "value")(features)[..., 0]
 
 
+class HiddenHead(nn.Module):
+    """``head(MLP(features))``: hidden layers before an output head (``head_fcnet_hiddens``).
+
+    Params ``hidden`` (the :class:`~jaxlearner.algorithms.encoders.MLP`) and
+    ``head``. Between a recurrent cell, whose outputs lie in ``[-1, 1]``, and a
+    value head, the hidden layers let values reach the scale of the returns.
+    Build one with :func:`with_hidden_layers`.
+
+    Attributes:
+      head: the output head, e.g. :class:`PolicyHead` or :class:`ValueHead`.
+      hidden_sizes: units per hidden layer.
+      activation: the hidden layers' activation.
+    """
+
+    head: nn.Module
+    hidden_sizes: Sequence[int] = (64,)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, features: jax.Array) -> Any:
+        return self.head(MLP(self.hidden_sizes, self.activation, name="hidden")(features))
+
+
+def with_hidden_layers(
+    head: nn.Module, hidden_sizes: Sequence[int] = (), activation: str = "relu"
+) -> nn.Module:
+    """``head`` itself for ``hidden_sizes=()``, else a :class:`HiddenHead` around it.
+
+    Raises:
+      ValueError: for sizes that are not positive ints or an unknown activation.
+
+    Example:
+      >>> head = with_hidden_layers(ValueHead(), (32,))
+      >>> params = head.init(jax.random.key(0), jnp.zeros((8, 16)))
+      >>> sorted(params["params"]), head.apply(params, jnp.zeros((8, 16))).shape
+      (['head', 'hidden'], (8,))
+    """
+    if not tuple(hidden_sizes):
+        return head
+    mlp = MLP(hidden_sizes, activation)  # validates both, before anything is traced
+    return HiddenHead(head, mlp.hidden_sizes, activation)
+
+
 class Tower(nn.Module):
     """``head(encoder(x))``: an encoder and a head as one submodule (params under both names)."""
 
@@ -190,6 +233,8 @@ def actor_critic(
     share_encoder: bool = False,
     squash: bool = False,
     log_std_init: float = 0.0,
+    head_hidden_sizes: Sequence[int] = (),
+    head_activation: str = "relu",
 ) -> ActorCritic:
     """PPO's :class:`ActorCritic` for two gymnasium spaces.
 
@@ -205,6 +250,9 @@ def actor_critic(
       share_encoder: one encoder for both heads (RLlib's ``vf_share_layers``).
       squash: for ``Box`` actions, a tanh-squashed Gaussian instead of a plain one.
       log_std_init: initial state-independent ``log_std`` for ``Box`` actions.
+      head_hidden_sizes: hidden layers of the policy and the value head, after
+        the encoder (RLlib's ``head_fcnet_hiddens``); ``()``: linear heads.
+      head_activation: their activation (RLlib's ``head_fcnet_activation``).
 
     Returns:
       The module; ``make_distribution(distribution_for(action_space, squash),
@@ -222,13 +270,14 @@ def actor_critic(
       ['actor', 'critic', 'encoder']
     """
     spec = distribution_for(action_space, squash)
-    policy = PolicyHead(spec, log_std_init=log_std_init)
+    head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation)
+    policy, value = head(PolicyHead(spec, log_std_init=log_std_init)), head(ValueHead())
     if share_encoder:
         encoder = encoder_for(observation_space, hidden_sizes, activation)
-        return ActorCritic(policy, ValueHead(), encoder)
+        return ActorCritic(policy, value, encoder)
     return ActorCritic(
         Tower(encoder_for(observation_space, hidden_sizes, activation), policy),
-        Tower(encoder_for(observation_space, hidden_sizes, activation), ValueHead()),
+        Tower(encoder_for(observation_space, hidden_sizes, activation), value),
     )
 
 

@@ -26,6 +26,8 @@ field                       default         meaning (RLlib's name where it diffe
 ``vf_share_layers``         False           one encoder for policy and value
 ``hidden_sizes``            (256, 256)      ``fcnet_hiddens``
 ``activation``              "tanh"          ``fcnet_activation``
+``head_hidden_sizes``       ()              ``head_fcnet_hiddens``: hidden layers of each head
+``head_activation``         "relu"          ``head_fcnet_activation``
 ``use_lstm``                False           an LSTM (or GRU) after the MLP encoder
 ``lstm_cell_size``          256             the cell's units
 ``max_seq_len``             20              steps per training sequence
@@ -71,7 +73,9 @@ from jaxlearner.algorithms.algorithm import (
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
+    check_activation,
     check_fraction,
+    check_layers,
     check_positive,
     check_positive_int,
     check_schedule,
@@ -119,6 +123,8 @@ class PPOConfig:
     vf_share_layers: bool = False
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
+    head_hidden_sizes: tuple[int, ...] = ()
+    head_activation: str = "relu"
     log_std_init: float = 0.0
     use_lstm: bool = False
     lstm_cell_size: int = 256
@@ -139,6 +145,12 @@ class PPOConfig:
             lstm_cell_size=self.lstm_cell_size,
             max_seq_len=self.max_seq_len,
         )
+        check_layers(
+            "PPOConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
+        )
+        check_activation(
+            "PPOConfig", activation=self.activation, head_activation=self.head_activation
+        )
         self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(
@@ -152,6 +164,7 @@ class PPOConfig:
                 f"PPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
         for name in ("lr", "clip_param", "entropy_coeff"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
 
@@ -222,6 +235,8 @@ def ppo_module(
         "activation": config.activation,
         "share_encoder": config.vf_share_layers,
         "log_std_init": config.log_std_init,
+        "head_hidden_sizes": config.head_hidden_sizes,
+        "head_activation": config.head_activation,
     }
     if config.use_lstm:
         model = recurrent_actor_critic(

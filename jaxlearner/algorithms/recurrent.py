@@ -29,7 +29,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.encoders import encoder_for
-from jaxlearner.algorithms.models import PolicyHead, ValueHead, distribution_for
+from jaxlearner.algorithms.models import (
+    PolicyHead,
+    ValueHead,
+    distribution_for,
+    with_hidden_layers,
+)
 from jaxlearner.types import Params
 
 Carry: TypeAlias = dict[str, Any]
@@ -136,6 +141,8 @@ def recurrent_actor_critic(
     cell_size: int = 64,
     share_encoder: bool = False,
     log_std_init: float = 0.0,
+    head_hidden_sizes: tuple[int, ...] = (),
+    head_activation: str = "relu",
 ) -> RecurrentActorCritic:
     """A :class:`RecurrentActorCritic` for two gymnasium spaces (RLlib's ``use_lstm``).
 
@@ -152,6 +159,11 @@ def recurrent_actor_critic(
       cell_size: the cell's units (RLlib's ``lstm_cell_size``).
       share_encoder: one tower (MLP and cell) for both heads.
       log_std_init: initial state-independent ``log_std`` for ``Box`` actions.
+      head_hidden_sizes: hidden layers of each head, after the cell (RLlib's
+        ``head_fcnet_hiddens``). The cell's outputs lie in ``[-1, 1]``, so a
+        linear value head learns returns of tens slowly; a hidden layer here
+        lets it reach them.
+      head_activation: their activation (RLlib's ``head_fcnet_activation``).
 
     Raises:
       ValueError: for an unknown cell or a cell size that is not a positive int;
@@ -165,7 +177,11 @@ def recurrent_actor_critic(
     """
     _check_cell(cell, cell_size)
     spec = distribution_for(action_space)
-    heads = {"actor": PolicyHead(spec, log_std_init=log_std_init), "critic": ValueHead()}
+    head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation)
+    heads = {
+        "actor": head(PolicyHead(spec, log_std_init=log_std_init)),
+        "critic": head(ValueHead()),
+    }
 
     def tower() -> RecurrentTower:
         encoder = encoder_for(observation_space, hidden_sizes, activation)
