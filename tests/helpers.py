@@ -173,3 +173,16 @@ class MaskedJaxCartPole:
                 "final_obs": info["final_obs"][keep],
             },
         )
+
+
+class ListWriter:
+    """A metrics writer that keeps every ``(step, metrics)`` it is given, in ``rows``."""
+
+    def __init__(self):
+        self.rows = []
+
+    def write(self, step, metrics):
+        self.rows.append((step, dict(metrics)))
+
+    def close(self):
+        pass

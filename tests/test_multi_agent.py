@@ -10,7 +10,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 import pytest
-from helpers import assert_same_stats, interrupted_and_resumed, tree_equal
+from helpers import ListWriter, assert_same_stats, interrupted_and_resumed, tree_equal
 from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 
@@ -373,6 +373,19 @@ def test_policies_not_trained_act_but_keep_their_state():
     assert not tree_equal(after["p0"].params, before["p0"].params)
     assert "p0/total_loss" in stats and not any(k.startswith("p1/") for k in stats)
     assert stats["agent_episode_return_mean/agent_1"] == stats["agent_episode_return_mean/agent_0"]
+
+
+def test_run_writes_evaluations_and_ends_after_a_requested_stop():
+    writer = ListWriter()
+    trainer = small_trainer(writers=[writer], eval_episodes=2)
+    stop_at_two = lambda stats: trainer.request_stop() if stats["iteration"] == 2 else None
+    ran = trainer.run(jl.MaxEnvSteps(10_000), steps_per_eval=64, on_iteration=stop_at_two)
+    assert [s["iteration"] for s in ran] == [1, 2] and trainer.stop_requested
+    evaluations = [(step, row) for step, row in writer.rows if "eval/return_mean" in row]
+    assert [step for step, _ in evaluations] == [1, 2]
+    assert evaluations[1][1]["iteration"] == 2 and evaluations[1][1]["env_steps"] == 128
+    again = trainer.run(max_iterations=1)  # a new run starts afresh
+    assert [s["iteration"] for s in again] == [3] and not trainer.stop_requested
 
 
 def test_steps_after_the_first_compile_nothing(caplog):

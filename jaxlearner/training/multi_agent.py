@@ -66,7 +66,8 @@ from jaxlearner.training.policy_mapping import (
     check_agent_spaces,
     policy_spaces,
 )
-from jaxlearner.training.stop_conditions import AnyOf, StopCondition
+from jaxlearner.training.run_loop import run_loop
+from jaxlearner.training.stop_conditions import StopCondition
 
 __all__ = [
     "MultiAgentCounters",
@@ -95,6 +96,7 @@ class MultiAgentTrainer:
       seed: seeds the learner's init, the envs and the trainer's key.
       writers: metric writers (console, JSON lines, TensorBoard, MLflow).
       state: a learner state to start from instead of ``learner.init``.
+      progress: show a progress bar in :meth:`run`; ``None`` shows one on a terminal.
 
     Raises:
       KeyError, ValueError: before anything compiles, for an agent the env
@@ -122,6 +124,7 @@ class MultiAgentTrainer:
         seed: int = 0,
         writers: Sequence[Writer] = (),
         state: LearnerState | None = None,
+        progress: bool | None = None,
     ) -> None:
         if not isinstance(learner, Learner):
             raise TypeError(
@@ -172,6 +175,8 @@ class MultiAgentTrainer:
         self._state = learner.init(init_key) if state is None else learner.placement.put(state)
         self.counters = MultiAgentCounters()
         self.history: list[dict[str, float]] = []
+        self._progress_enabled = progress
+        self._stop_requested = False
 
     @property
     def learner(self) -> Learner:
@@ -202,6 +207,16 @@ class MultiAgentTrainer:
     def runner(self) -> MultiAgentEnvRunner:
         """The training env runner."""
         return self._runner
+
+    def request_stop(self) -> None:
+        """Asks :meth:`run` to return once the iteration in flight is done (sets a flag only,
+        so a signal handler may call it)."""
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether :meth:`request_stop` was called since :meth:`run` last started."""
+        return self._stop_requested
 
     def _modules(self) -> dict[str, Any]:
         modules = self._learner.placement.get(self._state).modules
@@ -299,10 +314,13 @@ class MultiAgentTrainer:
         stop_conditions: StopCondition | Sequence[StopCondition] = (),
         steps_per_eval: int | None = None,
         max_iterations: int | None = None,
+        on_iteration: Callable[[dict[str, float]], None] | None = None,
     ) -> list[dict[str, float]]:
         """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
 
-        Evaluation results join the iteration's stats as ``"eval/..."``.
+        As :meth:`jaxlearner.Trainer.run` (:func:`~jaxlearner.training.run_loop.run_loop`):
+        evaluation results join the iteration's stats as ``"eval/..."``, and
+        :meth:`request_stop` ends the run after the iteration in flight.
 
         Raises:
           ValueError: when there is neither a stop condition nor ``max_iterations``.
@@ -310,26 +328,16 @@ class MultiAgentTrainer:
         Example:
           >>> trainer.run([jl.RewardBound(-8.0)], steps_per_eval=2_000)  # doctest: +SKIP
         """
-        conditions = (
-            [stop_conditions] if isinstance(stop_conditions, StopCondition) else stop_conditions
+        self._stop_requested = False
+        return run_loop(
+            self,
+            self._writers,
+            stop_conditions,
+            steps_per_eval,
+            max_iterations,
+            on_iteration,
+            self._progress_enabled,
         )
-        conditions = list(conditions)
-        if not conditions and max_iterations is None:
-            raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
-        stop = AnyOf(*conditions) if conditions else (lambda history: False)
-        next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
-        ran: list[dict[str, float]] = []
-        while max_iterations is None or len(ran) < max_iterations:
-            stats = self.step()
-            if next_eval is not None and self.counters.env_steps >= next_eval:
-                stats.update({f"eval/{k}": v for k, v in self.eval().items()})
-                stats["time_total_s"] = self.counters.time_total_s
-                next_eval = self.counters.env_steps + steps_per_eval
-                self.history[-1] = stats
-            ran.append(stats)
-            if stop(self.history):
-                break
-        return ran
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves the learner state (every policy's module), counters, history, key and envs.

@@ -44,8 +44,9 @@ from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
-from jaxlearner.training.loggers import ProgressBar, Writer, flatten_metrics
-from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, StopCondition
+from jaxlearner.training.loggers import Writer, flatten_metrics
+from jaxlearner.training.run_loop import run_loop
+from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.trainer import TrainerCounters
 
 
@@ -244,40 +245,16 @@ class OfflineTrainer:
         Raises:
           ValueError: when there is neither a stop condition nor ``max_iterations``.
         """
-        if not isinstance(stop_conditions, Sequence):
-            stop_conditions = [stop_conditions]
-        conditions = list(stop_conditions)
-        if not conditions and max_iterations is None:
-            raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
-        stop = AnyOf(*conditions) if conditions else (lambda history: False)
-        total = next((c.steps for c in conditions if isinstance(c, MaxEnvSteps)), None)
-        bar = ProgressBar(total=total, enabled=self._progress_enabled)
-        next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
-        ran: list[dict[str, float]] = []
         self._stop_requested = False
-        try:
-            while not self._stop_requested and (
-                max_iterations is None or len(ran) < max_iterations
-            ):
-                stats = self.step()
-                if next_eval is not None and self.counters.env_steps >= next_eval:
-                    evaluation = {f"eval/{k}": v for k, v in self.eval().items()}
-                    stats.update(evaluation, time_total_s=self.counters.time_total_s)
-                    next_eval = self.counters.env_steps + steps_per_eval
-                    for writer in self._writers:
-                        writer.write(
-                            self.counters.iteration,
-                            {**evaluation, "env_steps": stats["env_steps"]},
-                        )
-                ran.append(stats)
-                bar.update(stats)
-                if on_iteration is not None:
-                    on_iteration(stats)
-                if stop(self.history):
-                    break
-        finally:
-            bar.close()
-        return ran
+        return run_loop(
+            self,
+            self._writers,
+            stop_conditions,
+            steps_per_eval,
+            max_iterations,
+            on_iteration,
+            self._progress_enabled,
+        )
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves the learner state, counters, history, key and seed; returns the step (the

@@ -42,8 +42,9 @@ from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
 from jaxlearner.training.feeds import make_feed
-from jaxlearner.training.loggers import ProgressBar, Writer, describe_stop, flatten_metrics
-from jaxlearner.training.stop_conditions import AnyOf, RewardBound, StopCondition
+from jaxlearner.training.loggers import Writer, flatten_metrics
+from jaxlearner.training.run_loop import run_loop
+from jaxlearner.training.stop_conditions import StopCondition
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
@@ -324,46 +325,16 @@ class Trainer:
         Raises:
           ValueError: when there is neither a stop condition nor ``max_iterations``.
         """
-        if isinstance(stop_conditions, StopCondition) and not isinstance(stop_conditions, list):
-            stop_conditions = [stop_conditions]
-        conditions = list(stop_conditions)
-        if not conditions and max_iterations is None:
-            raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
-        stop = AnyOf(*conditions) if conditions else (lambda history: False)
-        bar = ProgressBar(
-            total=_target_steps(conditions),
-            enabled=self._progress_enabled,
-            description=_stop_description(conditions),
-        )
-        next_eval = None if steps_per_eval is None else self.counters.env_steps + steps_per_eval
-        ran: list[dict[str, float]] = []
         self._stop_requested = False
-        try:
-            while not self._stop_requested and (
-                max_iterations is None or len(ran) < max_iterations
-            ):
-                stats = self.step()
-                if next_eval is not None and self.counters.env_steps >= next_eval:
-                    stats.update({f"eval/{k}": v for k, v in self.eval().items()})
-                    stats["time_total_s"] = self.counters.time_total_s
-                    next_eval = self.counters.env_steps + steps_per_eval
-                    self.history[-1] = stats
-                    evaluation = {
-                        k: v
-                        for k, v in stats.items()
-                        if k.startswith("eval/") or k in ("env_steps", "iteration")
-                    }
-                    for writer in self._writers:
-                        writer.write(self.counters.iteration, evaluation)
-                ran.append(stats)
-                bar.update(stats)
-                if on_iteration is not None:
-                    on_iteration(stats)
-                if stop(self.history):
-                    break
-        finally:
-            bar.close()
-        return ran
+        return run_loop(
+            self,
+            self._writers,
+            stop_conditions,
+            steps_per_eval,
+            max_iterations,
+            on_iteration,
+            self._progress_enabled,
+        )
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves everything needed to continue exactly: learner state, counters, env
@@ -455,22 +426,3 @@ def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
         "episode_return_max": float(returns.max()),
         "episode_len_mean": float(np.mean(counters.recent_lengths)),
     }
-
-
-def _target_steps(conditions: Sequence[StopCondition]) -> int | None:
-    for condition in conditions:
-        steps = getattr(condition, "steps", None)
-        if isinstance(steps, int):
-            return steps
-    return None
-
-
-def _stop_description(conditions: Sequence[StopCondition]) -> str | None:
-    """The progress bar's words for the stop rule: "stops at 2 evals >= 475 in a row or ..."."""
-    bound = next((c for c in conditions if isinstance(c, RewardBound)), None)
-    description = describe_stop(
-        _target_steps(conditions),
-        None if bound is None else bound.bound,
-        1 if bound is None else bound.times,
-    )
-    return description or None

@@ -1,0 +1,151 @@
+"""The loop every trainer's ``run`` shares: step, evaluate on schedule, log, stop.
+
+:class:`~jaxlearner.Trainer`, :class:`~jaxlearner.OfflineTrainer` and
+:class:`~jaxlearner.MultiAgentTrainer` differ in what one iteration does
+(their ``step``) and how they evaluate (their ``eval``); :func:`run_loop` is
+the rest, the same for all three: evaluations every ``steps_per_eval`` env
+steps joined to the iteration's stats as ``"eval/..."`` (and written, with
+``env_steps`` and ``iteration``, to the writers), a progress bar over env
+steps, an ``on_iteration`` callback, the stop conditions over the history, and
+a stop request (e.g. from a Ctrl-C handler) honoured between iterations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from jaxlearner.training.loggers import ProgressBar, Writer, describe_stop
+from jaxlearner.training.stop_conditions import AnyOf, RewardBound, StopCondition
+
+
+class RunCounters(Protocol):
+    """What the loop reads of a trainer's counters."""
+
+    @property
+    def env_steps(self) -> int: ...
+
+    @property
+    def iteration(self) -> int: ...
+
+    @property
+    def time_total_s(self) -> float: ...
+
+
+class Steppable(Protocol):
+    """A trainer as :func:`run_loop` drives it.
+
+    ``step()`` runs one iteration and appends its stats to ``history`` (the
+    same dict it returns); ``eval()`` evaluates the current policy; the loop
+    stops early once ``stop_requested`` is true.
+    """
+
+    @property
+    def counters(self) -> RunCounters: ...
+
+    @property
+    def history(self) -> list[dict[str, float]]: ...
+
+    @property
+    def stop_requested(self) -> bool: ...
+
+    def step(self) -> dict[str, float]: ...
+
+    def eval(self) -> dict[str, float]: ...
+
+
+def stop_conditions_list(
+    stop_conditions: StopCondition | Sequence[StopCondition],
+) -> list[StopCondition]:
+    """A condition or a sequence of them as a list (``AnyOf`` counts as one condition)."""
+    if isinstance(stop_conditions, Sequence) and not isinstance(stop_conditions, StopCondition):
+        return list(stop_conditions)
+    return [stop_conditions]
+
+
+def target_steps(conditions: Sequence[StopCondition]) -> int | None:
+    """The env-step budget of the first condition that has one (``MaxEnvSteps``), or ``None``."""
+    for condition in conditions:
+        steps = getattr(condition, "steps", None)
+        if isinstance(steps, int):
+            return steps
+    return None
+
+
+def stop_description(conditions: Sequence[StopCondition]) -> str | None:
+    """The progress bar's words for the stop rule: "stops at 2 evals >= 475 in a row or ..."."""
+    bound = next((c for c in conditions if isinstance(c, RewardBound)), None)
+    description = describe_stop(
+        target_steps(conditions),
+        None if bound is None else bound.bound,
+        1 if bound is None else bound.times,
+    )
+    return description or None
+
+
+def run_loop(
+    trainer: Steppable,
+    writers: Sequence[Writer],
+    stop_conditions: StopCondition | Sequence[StopCondition] = (),
+    steps_per_eval: int | None = None,
+    max_iterations: int | None = None,
+    on_iteration: Callable[[dict[str, float]], None] | None = None,
+    progress: bool | None = None,
+) -> list[dict[str, float]]:
+    """Steps ``trainer`` until a stop condition holds; evaluates every ``steps_per_eval`` steps.
+
+    Args:
+      trainer: what to step and evaluate (a :class:`Steppable`).
+      writers: where evaluations are written, as ``{"eval/...": ..., "env_steps",
+        "iteration"}`` at the iteration's index (``step`` writes its own stats).
+      stop_conditions: a condition or a list (any of them stops the run),
+        called with ``trainer.history`` after each iteration.
+      steps_per_eval: env steps between evaluations (``None``: no evaluation).
+      max_iterations: a hard bound on iterations, a safety net.
+      on_iteration: called with each iteration's stats, evaluation included
+        (e.g. to save a checkpoint).
+      progress: show a progress bar over env steps; ``None`` shows one on a terminal.
+
+    Returns:
+      The stats of the iterations run, each also ``trainer.history``'s entry;
+      fewer than the stop conditions ask for when ``trainer.stop_requested``
+      became true (the iteration in flight completes, evaluation and
+      ``on_iteration`` included).
+
+    Raises:
+      ValueError: when there is neither a stop condition nor ``max_iterations``.
+
+    Example:
+      >>> run_loop(trainer, [], [jl.MaxEnvSteps(10_000)], steps_per_eval=2_000)  # doctest: +SKIP
+    """
+    conditions = stop_conditions_list(stop_conditions)
+    if not conditions and max_iterations is None:
+        raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
+    stop = AnyOf(*conditions) if conditions else (lambda history: False)
+    bar = ProgressBar(
+        total=target_steps(conditions), enabled=progress, description=stop_description(conditions)
+    )
+    next_eval = None if steps_per_eval is None else trainer.counters.env_steps + steps_per_eval
+    ran: list[dict[str, float]] = []
+    try:
+        while not trainer.stop_requested and (max_iterations is None or len(ran) < max_iterations):
+            stats = trainer.step()
+            counters = trainer.counters
+            if next_eval is not None and counters.env_steps >= next_eval:
+                evaluation = {f"eval/{k}": v for k, v in trainer.eval().items()}
+                # In place: the history holds this same dict.
+                stats.update(evaluation, time_total_s=counters.time_total_s)
+                next_eval = counters.env_steps + steps_per_eval
+                logged = {**evaluation, "env_steps": stats["env_steps"]}
+                logged["iteration"] = stats["iteration"]
+                for writer in writers:
+                    writer.write(counters.iteration, logged)
+            ran.append(stats)
+            bar.update(stats)
+            if on_iteration is not None:
+                on_iteration(stats)
+            if stop(trainer.history):
+                break
+    finally:
+        bar.close()
+    return ran

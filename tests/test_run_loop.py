@@ -1,0 +1,79 @@
+"""run_loop, the loop every trainer's run shares: evaluation schedule, writers, stops."""
+
+import dataclasses
+
+import pytest
+from helpers import ListWriter
+
+import jaxlearner as jl
+from jaxlearner.training.run_loop import run_loop, stop_conditions_list, stop_description
+
+
+@dataclasses.dataclass
+class Counters:
+    env_steps: int = 0
+    iteration: int = 0
+    time_total_s: float = 0.0
+
+
+class CountingTrainer:
+    """100 env steps per iteration; the return grows by 10 per iteration; evaluations counted."""
+
+    def __init__(self):
+        self.counters = Counters()
+        self.history = []
+        self.stop_requested = False
+        self.evaluations = 0
+
+    def step(self):
+        c = self.counters
+        c.env_steps, c.iteration, c.time_total_s = c.env_steps + 100, c.iteration + 1, c.iteration
+        stats = {"iteration": float(c.iteration), "env_steps": float(c.env_steps)}
+        stats["episode_return_mean"] = 10.0 * c.iteration
+        self.history.append(stats)
+        return stats
+
+    def eval(self):
+        self.evaluations += 1
+        return {"return_mean": 10.0 * self.counters.iteration}
+
+
+def test_evaluates_every_steps_per_eval_and_writes_the_evaluations():
+    trainer, writer = CountingTrainer(), ListWriter()
+    ran = run_loop(trainer, [writer], jl.MaxEnvSteps(700), steps_per_eval=250, progress=False)
+    # Evaluations once 250 steps have passed since the last: after iterations 3 and 6.
+    assert [s["iteration"] for s in ran] == [1, 2, 3, 4, 5, 6, 7]
+    assert [s["iteration"] for s in ran if "eval/return_mean" in s] == [3, 6]
+    assert trainer.evaluations == 2 and trainer.history == ran  # the same dicts, evals joined
+    assert writer.rows == [
+        (3, {"eval/return_mean": 30.0, "env_steps": 300.0, "iteration": 3.0}),
+        (6, {"eval/return_mean": 60.0, "env_steps": 600.0, "iteration": 6.0}),
+    ]
+    assert ran[2]["time_total_s"] == 2  # refreshed after the evaluation
+
+
+def test_stops_on_any_condition_on_max_iterations_and_on_request():
+    trainer = CountingTrainer()
+    bound = jl.RewardBound(45.0, key="episode_return_mean")
+    ran = run_loop(trainer, [], [bound, jl.MaxEnvSteps(10_000)], progress=False)
+    assert len(ran) == 5  # 50 >= 45 at the fifth iteration
+    assert len(run_loop(CountingTrainer(), [], bound, max_iterations=2, progress=False)) == 2
+
+    def request_at_two(stats):
+        trainer.stop_requested = stats["iteration"] == 2
+
+    trainer = CountingTrainer()
+    ran = run_loop(trainer, [], jl.MaxEnvSteps(10_000), on_iteration=request_at_two)
+    assert [s["iteration"] for s in ran] == [1, 2]  # the iteration in flight completes
+    with pytest.raises(ValueError, match="run needs stop conditions or max_iterations"):
+        run_loop(CountingTrainer(), [])
+
+
+def test_stop_conditions_and_their_description():
+    bound = jl.RewardBound(475.0, times=2)
+    anyof = jl.AnyOf(bound, jl.MaxEnvSteps(10))
+    assert stop_conditions_list(bound) == [bound] and stop_conditions_list(anyof) == [anyof]
+    assert stop_conditions_list((bound,)) == [bound] and stop_conditions_list([]) == []
+    description = stop_description([bound, jl.MaxEnvSteps(300_000)])
+    assert description == "stops at 2 evals >= 475 in a row or 300k steps"
+    assert stop_description([]) is None
