@@ -348,10 +348,11 @@ def test_resume_keeps_the_config_the_run_was_trained_with(run, monkeypatch):
     # The command line's defaults may change between a run and its resumption; the
     # resumed run takes its whole config from the checkpoint, not today's defaults.
     from jaxlearner.training import cli
+    from jaxlearner.training.cli_settings import build, run_settings
 
-    trained = cli._build(cli._settings(cli._parser().parse_args(["train", "--resume", str(run)])))
+    trained = build(run_settings(cli._parser().parse_args(["train", "--resume", str(run)])))
     changed = {**DEFAULTS["ppo"].config, "gamma": 0.5, "lambda_": 0.5}
     monkeypatch.setitem(cli.DEFAULTS, "ppo", dataclasses.replace(DEFAULTS["ppo"], config=changed))
     args = cli._parser().parse_args(["train", "--resume", str(run)])
-    resumed = cli._build(cli._settings(args))
+    resumed = build(run_settings(args))
     assert resumed.config == trained.config and resumed.config.gamma != 0.5

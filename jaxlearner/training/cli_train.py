@@ -1,0 +1,228 @@
+"""``jaxlearner train``: a run folder, the training loop, its checkpoints and interruptions.
+
+Ctrl-C (SIGINT) or SIGTERM finishes the iteration in flight, saves a checkpoint,
+prints how to continue (``jaxlearner train --resume RUN``) and exits with status
+130 or 143; ``--resume`` restores the latest checkpoint and drops the metrics
+written after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import pathlib
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from jaxlearner.training.cli_settings import (
+    CHECKPOINTS,
+    METRICS_FILE,
+    RUN_FILE,
+    RunSettings,
+    UsageError,
+    build,
+    check_tensorboard,
+    default_run_name,
+    is_offline,
+    load_dataset,
+    run_settings,
+)
+
+
+class _Interrupted:
+    """Turns SIGINT and SIGTERM into ``trainer.request_stop()``; a second signal aborts."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.signal: int | None = None
+        self._trainer = trainer
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupted:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def _handle(self, number: int, frame: Any) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
+        self.signal = number
+        self._trainer.request_stop()
+        print(
+            f"\n{signal.Signals(number).name}: stopping after this iteration (again to abort)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
+def _ranked(stats: dict[str, float]) -> dict[str, float]:
+    """Stats to save a step with: a step saved without an evaluation ranks last."""
+    return {"eval/return_mean": math.nan, **stats}
+
+
+def train(args: argparse.Namespace) -> int:
+    """Runs ``jaxlearner train``; returns the exit status."""
+    import jaxlearner as jl
+
+    settings = run_settings(args)
+    algorithm = build(settings)
+    check_tensorboard(args)
+    name, env_id = settings.algorithm, settings.env
+    if args.resume is not None:
+        out = pathlib.Path(args.resume)
+        with jl.CheckpointManager(out / CHECKPOINTS, read_only=True) as existing:
+            if existing.latest_step() is None:
+                raise UsageError(f"--resume {out}: {out / CHECKPOINTS} holds no checkpoint")
+    else:
+        out = pathlib.Path(args.out or default_run_name(name, env_id))
+        out.mkdir(parents=True, exist_ok=True)
+        record = {
+            **dataclasses.asdict(settings),
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        }
+        (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+    checkpoint = jl.CheckpointManager(
+        out / CHECKPOINTS, max_to_keep=3, keep_best=1, best_metric="eval/return_mean"
+    )
+    trainer = None
+    try:
+        if args.resume is not None:
+            _truncate_metrics(out / METRICS_FILE, checkpoint.latest_step())
+        writers: list[Any] = [
+            jl.loggers.ConsoleWriter(every=1),
+            jl.loggers.JSONLinesWriter(out / METRICS_FILE),
+        ]
+        if args.tensorboard:
+            writers.append(jl.loggers.TensorBoardWriter(out / "tensorboard"))
+        progress = False if args.no_progress else None
+        if is_offline(algorithm):
+            trainer = jl.OfflineTrainer(
+                algorithm,
+                load_dataset(settings.dataset),
+                env_id,
+                seed=settings.seed,
+                writers=writers,
+                progress=progress,
+            )
+        else:
+            trainer = jl.Trainer(
+                algorithm,
+                env_id,
+                num_envs=settings.num_envs,
+                seed=settings.seed,
+                writers=writers,
+                progress=progress,
+            )
+        if args.resume is not None:
+            trainer.restore(checkpoint)  # the steps it saves are the iterations
+        return _run(trainer, checkpoint, settings, out, args)
+    finally:
+        checkpoint.close()
+        if trainer is not None:
+            trainer.close()
+
+
+def _run(trainer: Any, checkpoint: Any, settings: RunSettings, out: pathlib.Path, args: Any) -> int:
+    """Trains until a stop condition holds or a signal arrives; saves; prints where it all went."""
+    import jaxlearner as jl
+
+    conditions = _stop_conditions(settings)
+    save = _saver(trainer, checkpoint, settings.checkpoint_every_steps)
+    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
+    steps = "env steps"
+    if settings.dataset is not None:
+        where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"
+        steps = "dataset rows"
+    if args.resume is None:
+        print(f"Training {where}; run folder {out} (the first iteration compiles)", flush=True)
+    elif jl.AnyOf(*conditions)(trainer.history):
+        print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
+        return 0
+    else:
+        print(
+            f"Resuming {where} from {steps[:-1]} {trainer.counters.env_steps}; run folder {out}",
+            flush=True,
+        )
+    with _Interrupted(trainer) as interrupted:
+        trainer.run(conditions, steps_per_eval=settings.eval_every, on_iteration=save)
+        last = trainer.history[-1] if trainer.history else {}
+        if interrupted.signal is None and "eval/return_mean" not in last:
+            last.update({f"eval/{k}": v for k, v in trainer.eval().items()})
+        if checkpoint.latest_step() != trainer.counters.iteration:
+            trainer.save(checkpoint, metrics=_ranked(last))
+        checkpoint.wait_until_finished()
+    if interrupted.signal is not None:
+        print(
+            f"Stopped by {signal.Signals(interrupted.signal).name} after "
+            f"{trainer.counters.env_steps} {steps}; checkpoint {trainer.counters.iteration} "
+            f"saved in {out / CHECKPOINTS}; continue with: jaxlearner train --resume {out}",
+            flush=True,
+        )
+        return 128 + interrupted.signal
+    _print_done(trainer, last, steps, out, tensorboard=args.tensorboard)
+    return 0
+
+
+def _stop_conditions(settings: RunSettings) -> list[Any]:
+    """``--max-steps``, and ``--stop-reward`` reached by two evaluations in a row."""
+    import jaxlearner as jl
+
+    conditions: list[Any] = [jl.MaxEnvSteps(settings.max_steps)]
+    if settings.stop_reward is not None:
+        # Two evaluations in a row, so one lucky evaluation does not end the run.
+        conditions.append(jl.RewardBound(settings.stop_reward, times=2))
+    return conditions
+
+
+def _saver(trainer: Any, checkpoint: Any, every: int) -> Callable[[dict[str, float]], None]:
+    """The ``on_iteration`` callback that saves the trainer into ``checkpoint``."""
+    evaluations = [r["eval/return_mean"] for r in trainer.history if "eval/return_mean" in r]
+    best = max(evaluations, default=-math.inf)
+    next_save = (trainer.counters.env_steps // every + 1) * every
+
+    def save(stats: dict[str, float]) -> None:
+        # Every `every` env steps, and at each new best evaluation (which keep_best keeps).
+        nonlocal best, next_save
+        evaluation = stats.get("eval/return_mean", -math.inf)
+        if evaluation > best or trainer.counters.env_steps >= next_save:
+            best = max(best, evaluation)
+            next_save = (trainer.counters.env_steps // every + 1) * every
+            trainer.save(checkpoint, metrics=_ranked(stats))
+
+    return save
+
+
+def _print_done(
+    trainer: Any, last: dict[str, float], steps: str, out: pathlib.Path, *, tensorboard: bool
+) -> None:
+    """Where a finished run's metrics and checkpoints went, and the commands that read them."""
+    reached = last.get("eval/return_mean", float("nan"))
+    tensorboard_line = f"\n  tensorboard: tensorboard --logdir {out / 'tensorboard'}"
+    print(
+        f"Done: {trainer.counters.env_steps} {steps} in {trainer.counters.time_total_s:.1f} s, "
+        f"evaluation return {reached:.1f}.\n"
+        f"  metrics:     {out / METRICS_FILE}\n"
+        f"  checkpoints: {out / CHECKPOINTS}\n"
+        f"  evaluate:    jaxlearner eval {out}\n"
+        f"  plot:        jaxlearner plot {out}" + (tensorboard_line if tensorboard else ""),
+        flush=True,
+    )
+
+
+def _truncate_metrics(path: pathlib.Path, iteration: int) -> None:
+    """Drops records past the restored checkpoint (a run killed without one wrote them)."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= iteration]
+    if len(kept) != len(lines):
+        path.write_text("".join(kept), encoding="utf-8")
