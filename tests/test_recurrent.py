@@ -320,46 +320,64 @@ def test_anakin_carries_the_recurrent_state_through_rollouts_and_iterations():
         rollouts.make_rollout(algorithm, env, 2, 10)
 
 
-# Masked CartPole: settings where LSTM PPO gets past 300 in about 33k env steps here
-# (evaluations of 116, 278, 181, 426 every 8192 steps) and 100k steps keep it above 175.
+# Masked CartPole: RL Zoo's RecurrentPPO settings for CartPoleNoVel-v1 (lr and clip annealed to
+# 0, gamma 0.98, lambda 0.8, no entropy bonus, LSTM 64 after a 64-unit ReLU layer, grad norm 0.5)
+# with 32 envs and 1024-step batches; plus a hidden layer in each head (without it the value head
+# after the LSTM fits returns of ~50 too slowly and the policy stalls near 200-300) and no value
+# loss clipping (RLlib's default of 10 zeroes the value gradient at such returns). Measured here
+# with this test's code: seeds 0-4 all solved, at 102k-164k env steps (22-40 s), and scored 475
+# (seed 0), 500, 500, 500, 500 on the 20 fresh episodes; feed-forward PPO stays near 45.
+SOLVE_STEPS = 200_000
 MASKED_CARTPOLE = {
-    "lr": [[0, 1e-3], [100_000, 1e-4]],
+    "lr": [[0, 1e-3], [SOLVE_STEPS, 0.0]],
+    "clip_param": [[0, 0.2], [SOLVE_STEPS, 0.0]],
     "train_batch_size": 1024,
     "minibatch_size": 256,
     "num_epochs": 8,
-    "hidden_sizes": (64,),
-    "lambda_": 0.95,
-    "clip_param": 0.2,
+    "gamma": 0.98,
+    "lambda_": 0.8,
+    "entropy_coeff": 0.0,
     "use_kl_loss": False,
+    "vf_clip_param": 1e4,
     "grad_clip": 0.5,
+    "hidden_sizes": (64,),
+    "activation": "relu",
+    "head_hidden_sizes": (64,),
     "lstm_cell_size": 64,
-    "max_seq_len": 16,
+    "max_seq_len": 32,
 }
 
 
-def train_masked_cartpole(stop, use_lstm):
+def train_masked_cartpole(stop, use_lstm, seed=0):
     config = {**MASKED_CARTPOLE, "use_lstm": use_lstm}
     learner = jl.algorithms.ppo(MASKED.observation_space, MASKED.action_space, config)
-    trainer = jl.Trainer(learner, masked_cartpole, num_envs=16, seed=0, progress=False)
+    trainer = jl.Trainer(learner, masked_cartpole, num_envs=32, seed=seed, progress=False)
     start = time.perf_counter()
-    history = trainer.run(stop, steps_per_eval=8192)
-    trainer.close()
+    history = trainer.run(stop, steps_per_eval=SOLVE_STEPS // 10)
     evals = [stats["eval/return_mean"] for stats in history if "eval/return_mean" in stats]
-    return trainer.counters.env_steps, evals, time.perf_counter() - start
+    fresh = trainer.eval(episodes=20)["return_mean"]  # the policy it stopped with, new episodes
+    trainer.close()
+    return trainer.counters.env_steps, evals, fresh, time.perf_counter() - start
 
 
 @pytest.mark.slow
-def test_lstm_ppo_learns_masked_cartpole_where_feed_forward_ppo_does_not():
-    # Without its velocities CartPole is partially observed: the policy must remember.
-    steps, lstm_evals, lstm_seconds = train_masked_cartpole(
-        [jl.RewardBound(300.0), jl.MaxEnvSteps(150_000)], use_lstm=True
+def test_lstm_ppo_solves_masked_cartpole_where_feed_forward_ppo_does_not():
+    # Without its velocities CartPole is partially observed: the policy must remember. Solved:
+    # two evaluations of 10 episodes in a row >= 475 (RL Zoo's bound), then 20 more episodes.
+    solved = jl.RewardBound(475.0, times=2)
+    steps, lstm_evals, lstm_fresh, lstm_seconds = train_masked_cartpole(
+        [solved, jl.MaxEnvSteps(SOLVE_STEPS)], use_lstm=True
     )
     # Feed-forward PPO, same settings, as many env steps as the LSTM took.
-    ff_steps, ff_evals, ff_seconds = train_masked_cartpole([jl.MaxEnvSteps(steps)], use_lstm=False)
-    print(
-        f"masked CartPole: LSTM PPO evals {lstm_evals} in {steps} env steps ({lstm_seconds:.0f} s);"
-        f" feed-forward PPO evals {ff_evals} in {ff_steps} ({ff_seconds:.0f} s)"
+    ff_steps, ff_evals, ff_fresh, ff_seconds = train_masked_cartpole(
+        [jl.MaxEnvSteps(steps)], use_lstm=False
     )
-    assert lstm_evals[-1] >= 300.0
+    print(
+        f"masked CartPole: LSTM PPO evals {lstm_evals} in {steps} env steps ({lstm_seconds:.0f} s),"
+        f" then {lstm_fresh}; feed-forward PPO evals {ff_evals} in {ff_steps} ({ff_seconds:.0f} s),"
+        f" then {ff_fresh}"
+    )
+    assert solved([{"eval/return_mean": r} for r in lstm_evals]), lstm_evals
+    assert lstm_fresh >= 450.0  # not a lucky pair of evaluations
     assert ff_steps == steps and len(ff_evals) == len(lstm_evals)
-    assert max(ff_evals) < 100.0
+    assert max(ff_evals) < 100.0 and ff_fresh < 100.0
