@@ -68,6 +68,8 @@ def small_trainer(seed=7, **config):
         ({"minibatch_size": 1000}, r"minibatch_size \(1000\) exceeds train_batch_size \(500\)"),
         ({"grad_clip_by": "max"}, r"grad_clip_by must be one of .*; got 'max'"),
         ({"kl_coeff": -1.0}, "kl_coeff and vf_loss_coeff must be >= 0"),
+        ({"head_hidden_sizes": (8, 0)}, r"APPOConfig.head_hidden_sizes must be a sequence"),
+        ({"head_activation": "Relu"}, r"APPOConfig.head_activation must be one of \['elu'"),
     ],
 )
 def test_config_validation(config, message):
@@ -321,7 +323,9 @@ def test_resume_with_a_lag_continues_exactly(tmp_path):
 
 
 def test_checkpoint_round_trip_rebuilds_the_learner(tmp_path):
-    trainer = small_trainer()
+    trainer = small_trainer(head_hidden_sizes=(8,))
+    actor = trainer.state.modules["default_policy"].params["params"]["actor"]
+    assert actor["head"]["hidden"]["dense_0"]["kernel"].shape == (16, 8)  # encoder 16 -> head 8
     trainer.step()
     with jl.CheckpointManager(tmp_path / "ckpt") as checkpoint:
         trainer.save(checkpoint)

@@ -124,8 +124,11 @@ def small(name, **config):
     )
 
 
-def test_marwil_with_beta_zero_and_no_value_loss_is_bc():
-    marwil, bc = small("marwil", beta=0.0, vf_coeff=0.0), small("bc")
+@pytest.mark.parametrize("heads", [(), (8,)])
+def test_marwil_with_beta_zero_and_no_value_loss_is_bc(heads):
+    # With hidden head layers too: a MARWIL actor's params are still a BC model's params.
+    marwil = small("marwil", beta=0.0, vf_coeff=0.0, head_hidden_sizes=heads)
+    bc = small("bc", head_hidden_sizes=heads)
     state = marwil.learner.init(jax.random.key(0))
     params = state.modules["default_policy"].params
     actor = {"params": params["params"]["actor"]}

@@ -33,6 +33,8 @@ field                             default     meaning (RLlib's name where it dif
 ``vf_share_layers``               False       one encoder for policy and value
 ``hidden_sizes``                  (256, 256)  ``fcnet_hiddens``
 ``activation``                    "tanh"      ``fcnet_activation``
+``head_hidden_sizes``             ()          ``head_fcnet_hiddens``
+``head_activation``               "relu"      ``head_fcnet_activation``
 ================================  ==========  ==============================================
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
@@ -74,7 +76,9 @@ import optax
 from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
+    check_activation,
     check_fraction,
+    check_layers,
     check_positive,
     check_positive_int,
     check_schedule,
@@ -137,6 +141,8 @@ class APPOConfig:
     vf_share_layers: bool = False
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
+    head_hidden_sizes: tuple[int, ...] = ()
+    head_activation: str = "relu"
     log_std_init: float = 0.0
 
     def __post_init__(self) -> None:
@@ -183,7 +189,14 @@ class APPOConfig:
             raise ValueError(
                 f"APPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
             )
+        check_layers(
+            "APPOConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
+        )
+        check_activation(
+            "APPOConfig", activation=self.activation, head_activation=self.head_activation
+        )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
         for name in ("lr", "clip_param", "entropy_coeff"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
 
@@ -287,6 +300,8 @@ def make_learner(
         config.activation,
         share_encoder=config.vf_share_layers,
         log_std_init=config.log_std_init,
+        head_hidden_sizes=config.head_hidden_sizes,
+        head_activation=config.head_activation,
     )
     distribution = distribution_for(action_space)
     length = config.rollout_fragment_length

@@ -15,6 +15,8 @@ field                              default    meaning (RLlib's name where it dif
 ``dataset_num_iters_per_learner``  None       updates per iteration; None: one pass
 ``hidden_sizes``                   (256,256)  ``fcnet_hiddens``
 ``activation``                     "tanh"     ``fcnet_activation``
+``head_hidden_sizes``              ()         ``head_fcnet_hiddens``
+``head_activation``                "relu"     ``head_fcnet_activation``
 =================================  =========  ==============================================
 
 ``total = -mean(log pi(a | obs))`` over the batch's rows.
@@ -32,11 +34,17 @@ import optax
 
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
-from jaxlearner.algorithms.config import check_positive_int, check_schedule, freeze_schedule
+from jaxlearner.algorithms.config import (
+    check_activation,
+    check_layers,
+    check_positive_int,
+    check_schedule,
+    freeze_schedule,
+)
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.encoders import encoder_for
 from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
-from jaxlearner.algorithms.models import PolicyHead, Tower, distribution_for
+from jaxlearner.algorithms.models import PolicyHead, Tower, distribution_for, with_hidden_layers
 from jaxlearner.algorithms.spaces import bounds
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -59,6 +67,8 @@ class BCConfig:
     dataset_num_iters_per_learner: int | None = None
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
+    head_hidden_sizes: tuple[int, ...] = ()
+    head_activation: str = "relu"
     log_std_init: float = 0.0
 
     def __post_init__(self) -> None:
@@ -72,7 +82,14 @@ class BCConfig:
             raise ValueError(
                 f"BCConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
             )
+        check_layers(
+            "BCConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
+        )
+        check_activation(
+            "BCConfig", activation=self.activation, head_activation=self.head_activation
+        )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
         object.__setattr__(self, "lr", freeze_schedule(self.lr))
 
 
@@ -107,7 +124,11 @@ def policy_model(
     The same layers as the ``actor`` of :func:`~jaxlearner.algorithms.models.actor_critic`
     (MARWIL's), so a MARWIL actor's params are a BC model's params.
     """
-    head = PolicyHead(distribution_for(action_space), log_std_init=config.log_std_init)
+    head = with_hidden_layers(
+        PolicyHead(distribution_for(action_space), log_std_init=config.log_std_init),
+        config.head_hidden_sizes,
+        config.head_activation,
+    )
     return Tower(encoder_for(observation_space, config.hidden_sizes, config.activation), head)
 
 
