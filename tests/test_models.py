@@ -17,14 +17,8 @@ from jaxlearner.algorithms.distributions import (
     TanhGaussian,
 )
 from jaxlearner.algorithms.encoders import CNN, MLP, Encoder, encoder_for
-from jaxlearner.algorithms.models import (
-    ValueHead,
-    actor_critic,
-    distribution_for,
-    q_network,
-    sac_networks,
-    with_hidden_layers,
-)
+from jaxlearner.algorithms.heads import ValueHead, distribution_for, with_hidden_layers
+from jaxlearner.algorithms.models import actor_critic, q_network, sac_networks
 from jaxlearner.core.optimizer import label_params
 
 spaces = gymnasium.spaces

@@ -85,7 +85,8 @@ from jaxlearner.algorithms.config import (
     freeze_schedule,
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.heads import distribution_for
+from jaxlearner.algorithms.models import actor_critic
 from jaxlearner.algorithms.ppo_objective import clipped_surrogate, explained_variance
 from jaxlearner.algorithms.returns import vtrace
 from jaxlearner.algorithms.spaces import bounds, zero_observation

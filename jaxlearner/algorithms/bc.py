@@ -43,8 +43,8 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.encoders import encoder_for
+from jaxlearner.algorithms.heads import PolicyHead, Tower, distribution_for, with_hidden_layers
 from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
-from jaxlearner.algorithms.models import PolicyHead, Tower, distribution_for, with_hidden_layers
 from jaxlearner.algorithms.spaces import bounds
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner

@@ -4,7 +4,7 @@ A policy head outputs ``[..., num_inputs]`` (RLlib's ``action_dist_inputs``);
 :func:`make_distribution` turns them into one of the distributions of
 :mod:`jaxlearner.algorithms.distributions` as a :class:`DistributionSpec` says. The
 models module builds specs from gymnasium spaces
-(:func:`jaxlearner.algorithms.models.distribution_for`).
+(:func:`jaxlearner.algorithms.heads.distribution_for`).
 """
 
 from __future__ import annotations

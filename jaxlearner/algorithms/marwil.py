@@ -66,7 +66,8 @@ from jaxlearner.algorithms.config import (
     freeze_schedule,
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.heads import distribution_for
+from jaxlearner.algorithms.models import actor_critic
 from jaxlearner.algorithms.offline import returns_to_go
 from jaxlearner.algorithms.spaces import bounds, zero_observation
 from jaxlearner.core.additional_updates import AdditionalUpdate

@@ -82,7 +82,8 @@ from jaxlearner.algorithms.config import (
     freeze_schedule,
 )
 from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.models import actor_critic, distribution_for
+from jaxlearner.algorithms.heads import distribution_for
+from jaxlearner.algorithms.models import actor_critic
 from jaxlearner.algorithms.ppo_objective import ppo_loss, recurrent_ppo_loss
 from jaxlearner.algorithms.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.returns import gae

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.encoders import encoder_for
-from jaxlearner.algorithms.models import (
+from jaxlearner.algorithms.heads import (
     PolicyHead,
     ValueHead,
     distribution_for,
@@ -152,7 +152,7 @@ def recurrent_actor_critic(
 
     Args:
       observation_space: see :func:`~jaxlearner.algorithms.encoders.encoder_for`.
-      action_space: see :func:`~jaxlearner.algorithms.models.distribution_for`.
+      action_space: see :func:`~jaxlearner.algorithms.heads.distribution_for`.
       hidden_sizes: the MLP before the cell (RLlib's ``fcnet_hiddens``).
       activation: the MLP's activation.
       cell: ``"lstm"`` or ``"gru"``.

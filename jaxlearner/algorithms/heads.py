@@ -1,0 +1,188 @@
+"""Output heads and the action space's distribution: what every model ends with.
+
+:func:`distribution_for` maps a gymnasium action space to the
+:class:`~jaxlearner.algorithms.distribution_spec.DistributionSpec` a policy
+head outputs inputs for; :class:`PolicyHead` and :class:`ValueHead` are the
+output layers (orthogonal initialisation, gain 0.01 for the policy and 1 for
+values, as in Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990);
+:func:`with_hidden_layers` puts an MLP before a head (RLlib's
+``head_fcnet_hiddens``); :class:`Tower` runs an encoder, then a head.
+:mod:`~jaxlearner.algorithms.models` builds whole networks from these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlearner.algorithms.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.encoders import MLP, orthogonal_dense
+
+ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box (1-D)")
+
+
+def distribution_for(action_space: gymnasium.Space, squash: bool = False) -> DistributionSpec:
+    """The :class:`~jaxlearner.algorithms.distributions.DistributionSpec` for an action space.
+
+    * ``Discrete(n)``: ``"categorical"``; actions are indices in ``[0, n)``
+      (add ``space.start`` before ``env.step`` when it is not 0).
+    * ``MultiDiscrete(nvec)`` (1-D): ``"multi_categorical"`` with sizes
+      ``nvec``; ``MultiBinary(n)`` (1-D): ``"multi_categorical"`` with sizes
+      ``(2,) * n``.
+    * ``Box`` (1-D): ``"diag_gaussian"`` (clip actions to the bounds in the
+      environment loop), or with ``squash=True`` ``"tanh_gaussian"`` rescaled
+      to ``[low, high]`` (no rescale when the bounds are ``[-1, 1]``).
+
+    Args:
+      action_space: the environment's (single) action space.
+      squash: for ``Box``, squash with ``tanh`` into the bounds (SAC).
+
+    Returns:
+      The spec; its ``num_inputs`` is the size of the policy head's output.
+
+    Raises:
+      TypeError: for unsupported spaces (``Dict``, ``Tuple``, ``Text``, ...).
+      ValueError: for a multi-dimensional ``Box``, ``MultiDiscrete`` or
+        ``MultiBinary``, or ``squash=True`` with infinite bounds.
+
+    Example:
+      >>> spec = distribution_for(gymnasium.spaces.Box(-2.0, 2.0, (3,)), squash=True)
+      >>> spec.kind, spec.num_inputs, spec.high
+      ('tanh_gaussian', 6, (2.0, 2.0, 2.0))
+    """
+    spaces = gymnasium.spaces
+    if isinstance(action_space, spaces.Discrete):
+        return DistributionSpec("categorical", (int(action_space.n),))
+    vector_spaces = spaces.MultiDiscrete | spaces.MultiBinary | spaces.Box
+    if isinstance(action_space, vector_spaces) and len(action_space.shape) != 1:
+        raise ValueError(
+            f"distribution_for supports 1-D {type(action_space).__name__} action spaces; got "
+            f"shape {action_space.shape} ({action_space!r}). Flatten the actions."
+        )
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return DistributionSpec("multi_categorical", tuple(int(n) for n in action_space.nvec))
+    if isinstance(action_space, spaces.MultiBinary):
+        return DistributionSpec("multi_categorical", (2,) * int(action_space.shape[0]))
+    if isinstance(action_space, spaces.Box):
+        dim = int(action_space.shape[0])
+        if not squash:
+            return DistributionSpec("diag_gaussian", (dim,))
+        if not action_space.is_bounded("both"):
+            raise ValueError(
+                f"squash=True rescales tanh into the Box's bounds, which must be finite; got "
+                f"low={action_space.low}, high={action_space.high}."
+            )
+        low, high = np.asarray(action_space.low), np.asarray(action_space.high)
+        if np.all(low == -1.0) and np.all(high == 1.0):
+            return DistributionSpec("tanh_gaussian", (dim,))
+        return DistributionSpec(
+            "tanh_gaussian", (dim,), tuple(map(float, low)), tuple(map(float, high))
+        )
+    raise TypeError(
+        f"distribution_for supports action spaces {ACTION_SPACES}; got {action_space!r}."
+    )
+
+
+class PolicyHead(nn.Module):
+    """Features to the flat distribution inputs ``[..., spec.num_inputs]``.
+
+    Categorical kinds output logits. Gaussian kinds output ``[mean, log_std]``:
+    ``log_std`` is a state-independent parameter ``log_std [d]`` (PPO), or
+    with ``state_dependent_std`` a second output squashed smoothly into
+    ``log_std_range`` (SAC).
+
+    Attributes:
+      distribution: the :class:`~jaxlearner.algorithms.distributions.DistributionSpec`.
+      state_dependent_std: Gaussian kinds only; see above.
+      log_std_init: initial value of the state-independent ``log_std``.
+      log_std_range: ``(min, max)`` of a state-dependent ``log_std``.
+    """
+
+    distribution: DistributionSpec
+    state_dependent_std: bool = False
+    log_std_init: float = 0.0
+    log_std_range: tuple[float, float] = (-5.0, 2.0)
+
+    @nn.compact
+    def __call__(self, features: jax.Array) -> jax.Array:
+        spec = self.distribution
+        if spec.is_discrete:
+            return orthogonal_dense(spec.num_inputs, 0.01, "logits")(features)
+        dim = spec.sizes[0]
+        if self.state_dependent_std:
+            mean, raw = jnp.split(
+                orthogonal_dense(2 * dim, 0.01, "mean_log_std")(features), 2, axis=-1
+            )
+            low, high = self.log_std_range
+            log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
+            return jnp.concatenate([mean, log_std], axis=-1)
+        mean = orthogonal_dense(dim, 0.01, "mean")(features)
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (dim,))
+        return jnp.concatenate([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-1)
+
+
+class ValueHead(nn.Module):
+    """Features ``[..., F]`` to a value ``[...]``."""
+
+    @nn.compact
+    def __call__(self, features: jax.Array) -> jax.Array:
+        return orthogonal_dense(1, 1.0, "value")(features)[..., 0]
+
+
+class HiddenHead(nn.Module):
+    """``head(MLP(features))``: hidden layers before an output head (``head_fcnet_hiddens``).
+
+    Params ``hidden`` (the :class:`~jaxlearner.algorithms.encoders.MLP`) and
+    ``head``. Between a recurrent cell, whose outputs lie in ``[-1, 1]``, and a
+    value head, the hidden layers let values reach the scale of the returns.
+    Build one with :func:`with_hidden_layers`.
+
+    Attributes:
+      head: the output head, e.g. :class:`PolicyHead` or :class:`ValueHead`.
+      hidden_sizes: units per hidden layer.
+      activation: the hidden layers' activation.
+    """
+
+    head: nn.Module
+    hidden_sizes: Sequence[int] = (64,)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, features: jax.Array) -> Any:
+        return self.head(MLP(self.hidden_sizes, self.activation, name="hidden")(features))
+
+
+def with_hidden_layers(
+    head: nn.Module, hidden_sizes: Sequence[int] = (), activation: str = "relu"
+) -> nn.Module:
+    """``head`` itself for ``hidden_sizes=()``, else a :class:`HiddenHead` around it.
+
+    Raises:
+      ValueError: for sizes that are not positive ints or an unknown activation.
+
+    Example:
+      >>> head = with_hidden_layers(ValueHead(), (32,))
+      >>> params = head.init(jax.random.key(0), jnp.zeros((8, 16)))
+      >>> sorted(params["params"]), head.apply(params, jnp.zeros((8, 16))).shape
+      (['head', 'hidden'], (8,))
+    """
+    if not tuple(hidden_sizes):
+        return head
+    mlp = MLP(hidden_sizes, activation)  # validates both, before anything is traced
+    return HiddenHead(head, mlp.hidden_sizes, activation)
+
+
+class Tower(nn.Module):
+    """``head(encoder(x))``: an encoder and a head as one submodule (params under both names)."""
+
+    encoder: nn.Module
+    head: nn.Module
+
+    def __call__(self, x: jax.Array) -> Any:
+        return self.head(self.encoder(x))
