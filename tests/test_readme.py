@@ -68,3 +68,12 @@ def test_offline_block_runs(tmp_path, monkeypatch):
     assert namespace["dataset"].num_episodes == 20
     assert namespace["history"][-1]["env_steps"] >= 20_000
     assert any("eval/return_mean" in h for h in namespace["history"])
+
+
+def test_recurrent_block_runs():
+    namespace = _run("recurrent", {})
+    stats, trainer = namespace["stats"], namespace["trainer"]
+    assert stats["env_steps"] == 1024 and trainer.algorithm.config.use_lstm
+    assert stats["default_policy/num_grad_steps"] == 8 * 4  # 8 epochs of 4 minibatches
+    namespace["env"].close()
+    trainer.close()
