@@ -771,3 +771,17 @@ def test_crash_mid_save_leaves_the_latest_complete_step(tmp_path):
     assert ckpt.latest_step() == partial_step
     assert not [n for n in os.listdir(directory) if TMP_SUFFIX in n]  # the partial one is gone
     assert_identical(ckpt.restore(make_crash_learner()), state)
+
+
+def test_trainer_history_round_trips_through_json_with_non_finite_values():
+    from jaxlearner.checkpoint.metadata import history_from_json, history_to_json
+
+    history = [
+        {"iteration": 1.0, "episode_return_mean": float("nan")},
+        {"iteration": 2.0, "eval/return_mean": 500.0, "grad_norm": float("inf")},
+    ]
+    saved = history_to_json(history)
+    assert saved[0]["episode_return_mean"] == "nan" and saved[1]["grad_norm"] == "inf"
+    restored = history_from_json(json.loads(json.dumps(saved, allow_nan=False)))
+    assert math.isnan(restored[0]["episode_return_mean"]) and restored[0]["iteration"] == 1.0
+    assert restored[1] == {"iteration": 2.0, "eval/return_mean": 500.0, "grad_norm": math.inf}

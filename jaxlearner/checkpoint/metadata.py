@@ -19,7 +19,7 @@ import importlib.metadata
 import json
 import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 import jax
@@ -285,6 +285,27 @@ def json_metrics(metrics: Metrics | None) -> dict[str, float | str]:
         number = float(value)
         flat[key] = number if math.isfinite(number) else str(number)
     return flat
+
+
+def history_to_json(history: Sequence[Mapping[str, float]]) -> list[dict[str, float | str]]:
+    """A trainer's history (flat stats per iteration) as JSON values, via :func:`json_metrics`
+    (non-finite values as strings); :func:`history_from_json` reads it back.
+
+    Example:
+      >>> history_to_json([{"episode_return_mean": float("nan")}])
+      [{'episode_return_mean': 'nan'}]
+    """
+    return [json_metrics(entry) for entry in history]
+
+
+def history_from_json(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+    """The history :func:`history_to_json` wrote, as floats again (``"nan"`` becomes NaN).
+
+    Example:
+      >>> history_from_json([{"episode_return_mean": "nan", "iteration": 3.0}])
+      [{'episode_return_mean': nan, 'iteration': 3.0}]
+    """
+    return [{key: float(value) for key, value in entry.items()} for entry in entries]
 
 
 def check_extra(extra: Mapping[str, Any] | None) -> Any:

@@ -353,7 +353,7 @@ class MultiAgentTrainer:
             metrics = self.history[-1] if self.history else {}
         extra = {
             "multi_agent_trainer": dataclasses.asdict(self.counters),
-            "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
+            "history": checkpoint_metadata.history_to_json(self.history),
             "runner": self._runner.get_state(),
             "groups": self.groups,
         }
@@ -388,10 +388,7 @@ class MultiAgentTrainer:
             )
         self._state = state
         self.counters = MultiAgentCounters(**extra["multi_agent_trainer"])
-        self.history = [
-            {key: float(value) for key, value in entry.items()}
-            for entry in extra.get("history", [])
-        ]
+        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
         self._runner.set_state(extra["runner"])
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
 

@@ -267,7 +267,7 @@ class OfflineTrainer:
             metrics = self.history[-1] if self.history else {}
         extra = {
             "trainer": dataclasses.asdict(self.counters),
-            "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
+            "history": checkpoint_metadata.history_to_json(self.history),
             "seed": self._seed,
             "dataset": {
                 "num_steps": self._dataset.num_steps,
@@ -304,10 +304,7 @@ class OfflineTrainer:
             )
         self._state = state
         self.counters = TrainerCounters(**extra["trainer"])
-        self.history = [
-            {key: float(value) for key, value in entry.items()}
-            for entry in extra.get("history", [])
-        ]
+        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
         self._key = jax.random.wrap_key_data(np.asarray(arrays["key"]))
         self._seed = int(extra.get("seed", self._seed))  # evaluations reset from it
 

@@ -362,7 +362,7 @@ class Trainer:
         extra = {
             "trainer": dataclasses.asdict(self.counters),
             # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
-            "history": [checkpoint_metadata.json_metrics(entry) for entry in self.history],
+            "history": checkpoint_metadata.history_to_json(self.history),
             "runner": self._runner.get_state(),
             **feed_extra,
         }
@@ -392,10 +392,7 @@ class Trainer:
             )
         self._state = state
         self.counters = TrainerCounters(**extra["trainer"])
-        self.history = [
-            {key: float(value) for key, value in entry.items()}
-            for entry in extra.get("history", [])
-        ]
+        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
         self._runner.set_state(extra["runner"])
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
         self._feed.restore(extra, arrays)
