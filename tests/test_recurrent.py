@@ -70,7 +70,7 @@ def test_head_hidden_sizes_put_layers_between_the_cell_and_each_head():
     params = jax.tree.map(jnp.shape, state.modules["default_policy"].params["params"])
     assert params["actor"]["hidden"]["dense_0"]["kernel"] == (8, 6)  # cell_size 8 -> 6
     assert params["critic"]["head"]["value"]["kernel"] == (6, 1)
-    assert algorithm.learner.specs["default_policy"].model.critic.activation == "tanh"
+    assert algorithm.learner.specs["default_policy"].model.critic.hidden.activation == "tanh"
 
 
 def test_is_first_zeroes_the_carry_where_an_episode_starts():

@@ -136,26 +136,22 @@ class ValueHead(nn.Module):
 
 
 class HiddenHead(nn.Module):
-    """``head(MLP(features))``: hidden layers before an output head (``head_fcnet_hiddens``).
+    """``head(hidden(features))``: hidden layers before an output head (``head_fcnet_hiddens``).
 
-    Params ``hidden`` (the :class:`~jaxlearner.algorithms.encoders.MLP`) and
-    ``head``. Between a recurrent cell, whose outputs lie in ``[-1, 1]``, and a
-    value head, the hidden layers let values reach the scale of the returns.
-    Build one with :func:`with_hidden_layers`.
+    Params ``hidden`` and ``head``. Between a recurrent cell, whose outputs lie
+    in ``[-1, 1]``, and a value head, the hidden layers let values reach the
+    scale of the returns. Build one with :func:`with_hidden_layers`.
 
     Attributes:
+      hidden: the hidden layers, an :class:`~jaxlearner.algorithms.encoders.MLP`.
       head: the output head, e.g. :class:`PolicyHead` or :class:`ValueHead`.
-      hidden_sizes: units per hidden layer.
-      activation: the hidden layers' activation.
     """
 
+    hidden: MLP
     head: nn.Module
-    hidden_sizes: Sequence[int] = (64,)
-    activation: str = "relu"
 
-    @nn.compact
     def __call__(self, features: jax.Array) -> Any:
-        return self.head(MLP(self.hidden_sizes, self.activation, name="hidden")(features))
+        return self.head(self.hidden(features))
 
 
 def with_hidden_layers(
@@ -164,7 +160,8 @@ def with_hidden_layers(
     """``head`` itself for ``hidden_sizes=()``, else a :class:`HiddenHead` around it.
 
     Raises:
-      ValueError: for sizes that are not positive ints or an unknown activation.
+      ValueError: for sizes that are not positive ints or an unknown activation
+        (the :class:`~jaxlearner.algorithms.encoders.MLP` checks both when made).
 
     Example:
       >>> head = with_hidden_layers(ValueHead(), (32,))
@@ -174,8 +171,7 @@ def with_hidden_layers(
     """
     if not tuple(hidden_sizes):
         return head
-    mlp = MLP(hidden_sizes, activation)  # validates both, before anything is traced
-    return HiddenHead(head, mlp.hidden_sizes, activation)
+    return HiddenHead(MLP(hidden_sizes, activation), head)
 
 
 class Tower(nn.Module):

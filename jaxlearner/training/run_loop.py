@@ -136,8 +136,11 @@ def run_loop(
                 # In place: the history holds this same dict.
                 stats.update(evaluation, time_total_s=counters.time_total_s)
                 next_eval = counters.env_steps + steps_per_eval
-                logged = {**evaluation, "env_steps": stats["env_steps"]}
-                logged["iteration"] = stats["iteration"]
+                logged = {
+                    **evaluation,
+                    "env_steps": stats["env_steps"],
+                    "iteration": stats["iteration"],
+                }
                 for writer in writers:
                     writer.write(counters.iteration, logged)
             ran.append(stats)
