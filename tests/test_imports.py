@@ -12,6 +12,7 @@ ALLOWED = {
     "orbax": {"checkpoint/manager.py"},
     "gymnasium": {
         "training/env_runner.py",
+        "training/vector_env.py",
         "training/cli_settings.py",
         "training/cli_commands.py",
         "training/multi_agent_env.py",

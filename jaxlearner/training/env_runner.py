@@ -31,7 +31,6 @@ This module and :mod:`jaxlearner.algorithms.spaces` are where gymnasium enters.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias, final
 
@@ -47,137 +46,17 @@ from jaxlearner.training.env_state import (
     plain_attributes,
     set_plain_attributes,
 )
+from jaxlearner.training.rollout import Rollout
+from jaxlearner.training.vector_env import EnvLike, make_vector_env
 from jaxlearner.types import Params
-
-EnvLike: TypeAlias = str | gym.Env | gym.vector.VectorEnv | Callable[[], gym.Env]
-"""A gymnasium id, an env instance, a vector env, or a factory returning an env."""
 
 Policy: TypeAlias = Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]]
 """``policy(params, obs [N, ...], key) -> (actions [N, ...], extras {name: [N, ...]})``,
 or a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`."""
 
-VECTORIZATION: tuple[str, ...] = ("sync", "async")
 
 EVAL_KEY_BLOCK = 32
 """Steps per key split in :func:`evaluate`: the key stream of rollouts of 32 steps."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Rollout:
-    """``T`` steps of ``N`` environments, time-major.
-
-    Attributes:
-      obs: ``[T, N, ...]`` observations the actions were taken in.
-      actions: ``[T, N, ...]`` actions, as the policy returned them.
-      rewards: ``[T, N]`` float32.
-      terminated: ``[T, N]`` bool, the episode ended in a terminal state.
-      truncated: ``[T, N]`` bool, the episode was cut (time limit).
-      next_obs: ``[T, N, ...]`` the observation each transition led to: the
-        final observation when the step ended the episode.
-      valid: ``[T, N]`` bool, ``False`` for reset-only steps (``NEXT_STEP``).
-      extras: ``{name: [T, N, ...]}`` what the policy returned besides the
-        actions (device arrays).
-      last_obs: ``[N, ...]`` the observations to act in next.
-      episode_returns: returns of the episodes completed during the rollout.
-      episode_lengths: their lengths.
-      episode_envs: the sub-environment each of them ran in.
-    """
-
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    next_obs: np.ndarray
-    valid: np.ndarray
-    extras: dict[str, jax.Array]
-    last_obs: np.ndarray
-    episode_returns: list[float]
-    episode_lengths: list[int]
-    episode_envs: list[int]
-
-    @property
-    def env_steps(self) -> int:
-        """Environment steps taken (reset-only steps excluded)."""
-        return int(self.valid.sum())
-
-    def experience(self) -> dict[str, Any]:
-        """The ``[T, N]`` arrays an algorithm's ``postprocess`` or ``transitions`` reads.
-
-        ``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``,
-        ``next_obs``, ``valid`` and the policy's extras (an ``extras["actions"]``
-        replaces the env actions: it is the action to train on).
-        """
-        return {
-            "obs": self.obs,
-            "actions": self.actions,
-            "rewards": self.rewards,
-            "terminated": self.terminated,
-            "truncated": self.truncated,
-            "next_obs": self.next_obs,
-            "valid": self.valid,
-            **self.extras,
-        }
-
-
-def make_vector_env(
-    env: EnvLike,
-    num_envs: int = 1,
-    vectorization: Literal["sync", "async"] = "sync",
-    env_config: Mapping[str, Any] | None = None,
-) -> gym.vector.VectorEnv:
-    """A gymnasium vector env from an id, an instance, a factory or a vector env.
-
-    Args:
-      env: a registered id (``"CartPole-v1"``), an ``Env`` instance (only with
-        ``num_envs=1``), a factory ``() -> Env``, or a ``VectorEnv`` (used as is).
-      num_envs: sub-environments.
-      vectorization: ``"sync"`` (one process) or ``"async"`` (one spawned
-        process per sub-environment).
-      env_config: keyword arguments for ``gymnasium.make`` or the factory.
-
-    Returns:
-      The vector env; those created here use the ``SAME_STEP`` autoreset mode.
-
-    Raises:
-      ValueError: on a bad ``num_envs`` or ``vectorization``, or an instance
-        with ``num_envs > 1``.
-      gymnasium.error.Error: for an unknown id (gymnasium's own message).
-
-    Example:
-      >>> envs = make_vector_env("CartPole-v1", num_envs=4)
-      >>> envs.num_envs
-      4
-    """
-    if isinstance(env, gym.vector.VectorEnv):
-        return env
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive int; got {num_envs!r}.")
-    if vectorization not in VECTORIZATION:
-        raise ValueError(f"vectorization must be one of {VECTORIZATION}; got {vectorization!r}.")
-    config = dict(env_config or {})
-    if isinstance(env, str):
-        factory: Callable[[], gym.Env] = lambda: gym.make(env, **config)
-        factory()  # an unknown id raises gymnasium's error, naming the id, here
-    elif isinstance(env, gym.Env):
-        if num_envs != 1:
-            raise ValueError(
-                f"An env instance can be vectorized only with num_envs=1 (got {num_envs}); "
-                "pass an id or a factory (lambda: MyEnv()) for several copies."
-            )
-        factory = lambda: env
-    elif callable(env):
-        factory = lambda: env(**config)
-    else:
-        raise TypeError(
-            "env must be a gymnasium id, an Env, a VectorEnv or a factory () -> Env; got "
-            f"{type(env).__name__}."
-        )
-    mode = gym.vector.AutoresetMode.SAME_STEP
-    if vectorization == "sync":
-        return gym.vector.SyncVectorEnv([factory] * num_envs, autoreset_mode=mode)
-    # JAX is multithreaded: forking it can deadlock, so workers are spawned.
-    return gym.vector.AsyncVectorEnv([factory] * num_envs, autoreset_mode=mode, context="spawn")
 
 
 @final
