@@ -31,6 +31,7 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.observers import Observer, make_observe
 from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer
 from jaxlearner.core.placement import Placement
 from jaxlearner.core.registry import learner_from_recipe, register_recipe, registered_recipes
@@ -138,6 +139,7 @@ __all__ = [
     "ModuleSpec",
     "ModuleState",
     "MultiAgentTrainer",
+    "Observer",
     "OfflineTrainer",
     "Optimizer",
     "Placement",
@@ -159,6 +161,7 @@ __all__ = [
     "load_dataset",
     "load_minari",
     "loggers",
+    "make_observe",
     "make_update",
     "periodic_copy",
     "piecewise_schedule",

@@ -22,6 +22,11 @@ Params: TypeAlias = PyTree
 Batch: TypeAlias = PyTree
 """A pytree of arrays sharing a leading batch axis ``[B, ...]``."""
 
+Experience: TypeAlias = Mapping[str, jax.Array]
+"""Collected experience as ``[T, N, ...]`` arrays (``T`` steps of ``N`` environments):
+``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``, ``next_obs``, ``valid``
+(``[T, N]`` bool) and the act function's extras."""
+
 Metrics: TypeAlias = Mapping[str, jax.Array]
 """A flat mapping from metric name to a scalar array."""
 

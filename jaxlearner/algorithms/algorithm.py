@@ -37,7 +37,7 @@ import jax
 
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import ModuleState
-from jaxlearner.types import Batch
+from jaxlearner.types import Batch, Experience
 
 ActFn: TypeAlias = Callable[
     [ModuleState, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]
@@ -48,10 +48,6 @@ ActFn: TypeAlias = Callable[
 from the one sent to the environment (e.g. before clipping to a ``Box``).
 """
 
-Experience: TypeAlias = Mapping[str, jax.Array]
-"""A rollout as ``[T, N, ...]`` arrays: ``obs``, ``actions``, ``rewards``,
-``terminated``, ``truncated``, ``next_obs``, ``valid`` and the act function's
-extras."""
 
 RecurrentActFn: TypeAlias = Callable[
     [ModuleState, Any, jax.Array, jax.Array, jax.Array],

@@ -1,7 +1,8 @@
 """Anakin: rollouts and updates in one compiled call over pure-JAX environments.
 
 :mod:`~jaxlearner.anakin.envs` holds the environments (CartPole-v1, Pendulum-v1, gymnax),
-:mod:`~jaxlearner.anakin.rollouts` the compiled rollouts, :mod:`~jaxlearner.anakin.train`
+:mod:`~jaxlearner.anakin.rollouts` the compiled rollouts, :mod:`~jaxlearner.anakin.iteration`
+one training iteration (rollout, observers, learning), :mod:`~jaxlearner.anakin.train`
 the training loop re-exported here, and :mod:`~jaxlearner.anakin.sweeps` vmaps it over
 seeds and hyperparameters.
 
@@ -10,15 +11,12 @@ Example:
   >>> config = anakin.AnakinConfig(num_envs=16, num_iterations=200)  # doctest: +SKIP
 """
 
+from jaxlearner.anakin.iteration import AnakinState, Buffer, LearnFn, Metrics
 from jaxlearner.anakin.train import (
     Anakin,
     AnakinConfig,
-    AnakinState,
-    Buffer,
     Hyperparams,
     InitFn,
-    LearnFn,
-    Metrics,
     RunFn,
     TrainFn,
     make_anakin,

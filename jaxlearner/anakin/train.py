@@ -42,33 +42,19 @@ from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from jaxlearner.algorithms import off_policy
-from jaxlearner.algorithms.algorithm import (
-    Algorithm,
-    Experience,
-    OffPolicyAlgorithm,
-    OnPolicyAlgorithm,
-    RecurrentAct,
-)
+from jaxlearner.algorithms.algorithm import Algorithm
 from jaxlearner.algorithms.spaces import check_recipe_spaces
-from jaxlearner.anakin.envs.environment import Environment, EnvState
-from jaxlearner.anakin.rollouts import (
-    EvaluateFn,
-    Memory,
-    RecurrentRolloutFn,
-    RolloutFn,
-    initial_memory,
-    make_evaluate,
-    make_recurrent_rollout,
-    make_rollout,
+from jaxlearner.anakin.envs.environment import Environment
+from jaxlearner.anakin.iteration import (
+    AnakinState,
+    Metrics,
+    make_iterate,
+    make_learning,
+    rollout_with_memory,
 )
+from jaxlearner.anakin.rollouts import EvaluateFn, initial_memory, make_evaluate
 from jaxlearner.core.hyperparams import check_constant, with_hyperparams
-from jaxlearner.core.state import LearnerState, ModuleState
-
-Metrics: TypeAlias = dict[str, jax.Array]
-"""Flat ``{name: array}``; see :func:`make_anakin` for the names and shapes."""
 
 Hyperparams: TypeAlias = Mapping[str, jax.typing.ArrayLike]
 """``{name: scalar}`` as :func:`~jaxlearner.core.hyperparams.with_hyperparams` takes it."""
@@ -131,31 +117,6 @@ class AnakinConfig:
         if not self.evaluate:
             return 0
         return self.num_iterations // (self.eval_interval or self.num_iterations)
-
-
-@struct.dataclass
-class AnakinState:
-    """Everything one agent's training carries from one iteration to the next.
-
-    Attributes:
-      learner: the :class:`~jaxlearner.LearnerState`.
-      env_states: the ``num_envs`` environments' states, leaves ``[N, ...]``.
-      obs: ``[N, ...]`` the observations to act in next.
-      key: the run's PRNG key (the learner's own key drives its updates).
-      iteration: int32, training iterations done.
-      env_steps: int32, env steps collected (all environments together).
-      buffer: the replay buffer of an off-policy algorithm, else ``None``.
-      memory: a recurrent algorithm's state in each environment, else ``None``.
-    """
-
-    learner: LearnerState
-    env_states: EnvState
-    obs: jax.Array
-    key: jax.Array
-    iteration: jax.Array
-    env_steps: jax.Array
-    buffer: off_policy.Buffer | None = None
-    memory: Memory | None = None
 
 
 class InitFn(Protocol):
@@ -257,9 +218,9 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
     num_envs = config.num_envs
     rollout_steps = algorithm.rollout_steps(num_envs)
     steps_per_iteration = rollout_steps * num_envs
-    rollout = _rollout_with_memory(algorithm, env, num_envs, rollout_steps)
+    rollout = rollout_with_memory(algorithm, env, num_envs, rollout_steps)
     evaluate = make_evaluate(algorithm, env, config.eval_envs)
-    learn, prepare = _learning(algorithm, env, num_envs, rollout_steps)
+    learn, prepare = make_learning(algorithm, env, num_envs, rollout_steps)
     interval = config.eval_interval or config.num_iterations
     init_learner = one_agent_at_a_time(learner.init)
 
@@ -281,7 +242,7 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
         )
         return prepare(state)
 
-    iterate = _make_iterate(module_id, rollout, learn, steps_per_iteration)
+    iterate = make_iterate(algorithm, rollout, learn, steps_per_iteration)
 
     def evaluate_block(state: AnakinState, _: None) -> tuple[AnakinState, tuple[Metrics, Metrics]]:
         state, metrics = jax.lax.scan(iterate, state, None, length=interval)
@@ -307,113 +268,6 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
         return run(init(key, hyperparams))
 
     return Anakin(init=init, run=run, evaluate=evaluate, train=train)
-
-
-Buffer: TypeAlias = off_policy.Buffer | None
-"""An off-policy run's replay buffer; ``None`` on-policy."""
-
-LearnFn: TypeAlias = Callable[
-    [LearnerState, Buffer, ModuleState, Experience, jax.Array, jax.Array],
-    tuple[LearnerState, Buffer, Any],
-]
-"""``learn(learner_state, buffer, module_state, experience, key, env_steps) ->
-(learner_state, buffer, learner_metrics)``: an iteration's learning after its rollout."""
-
-
-def _rollout_with_memory(
-    algorithm: Algorithm, env: Environment, num_envs: int, num_steps: int
-) -> RecurrentRolloutFn:
-    """The rollout, with the memory passed through (``None``) for a feed-forward algorithm."""
-    if isinstance(algorithm.explore, RecurrentAct):
-        return make_recurrent_rollout(algorithm, env, num_envs, num_steps)
-    rollout = make_rollout(algorithm, env, num_envs, num_steps)
-
-    def with_memory(module, env_states, obs, memory, key):
-        env_states, obs, experience, episodes = rollout(module, env_states, obs, key)
-        return env_states, obs, memory, experience, episodes
-
-    return with_memory
-
-
-def _learning(
-    algorithm: Algorithm, env: Environment, num_envs: int, rollout_steps: int
-) -> tuple[LearnFn, Callable[[AnakinState], AnakinState]]:
-    """What the algorithm's kind adds: the iteration's learning, and the end of ``init``."""
-    steps_per_iteration = num_envs * rollout_steps
-    match algorithm:
-        case OnPolicyAlgorithm():
-            return _on_policy_learn(algorithm), lambda state: state
-        case OffPolicyAlgorithm():
-            rollout = make_rollout(algorithm, env, num_envs, rollout_steps)
-            updates = off_policy.updates_per_iteration(algorithm, steps_per_iteration)
-            return _replay_learn(algorithm, updates), lambda state: _warm_up(
-                algorithm, rollout, state, steps_per_iteration
-            )
-
-
-def _on_policy_learn(algorithm: OnPolicyAlgorithm) -> LearnFn:
-    """Postprocess the rollout, then one learner update on it."""
-    module_id, update_fn = algorithm.module_id, algorithm.learner.update_fn
-
-    def learn(learner_state, buffer, module, experience, key, env_steps):
-        del key
-        batch = algorithm.postprocess(module, experience)
-        learner_state, metrics = update_fn(
-            learner_state, {module_id: batch}, {module_id: env_steps}
-        )
-        return learner_state, buffer, metrics
-
-    return learn
-
-
-def _replay_learn(algorithm: OffPolicyAlgorithm, updates: int) -> LearnFn:
-    """Add the rollout's transitions to the buffer, then ``updates`` updates sampled from it."""
-    replay_updates = off_policy.make_replay_updates(algorithm)
-
-    def learn(learner_state, buffer, module, experience, key, env_steps):
-        del module
-        buffer = off_policy.replay_add(buffer, algorithm.transitions(experience))
-        keys = jax.random.split(key, updates)
-        learner_state, buffer, metrics = replay_updates(learner_state, buffer, keys, env_steps)
-        return learner_state, buffer, metrics
-
-    return learn
-
-
-def _make_iterate(
-    module_id: str, rollout: RecurrentRolloutFn, learn: LearnFn, steps_per_iteration: int
-) -> Callable[[AnakinState, None], tuple[AnakinState, Metrics]]:
-    """One training iteration as a ``lax.scan`` body: a rollout, then the learning."""
-
-    def iterate(state: AnakinState, _: None) -> tuple[AnakinState, Metrics]:
-        key, rollout_key, update_key = jax.random.split(state.key, 3)
-        module = state.learner.modules[module_id]
-        env_states, obs, memory, experience, episodes = rollout(
-            module, state.env_states, state.obs, state.memory, rollout_key
-        )
-        steps = jnp.int32(steps_per_iteration)
-        learner_state, buffer, learner_metrics = learn(
-            state.learner, state.buffer, module, experience, update_key, steps
-        )
-        state = state.replace(
-            learner=learner_state,
-            env_states=env_states,
-            obs=obs,
-            key=key,
-            iteration=state.iteration + 1,
-            env_steps=state.env_steps + steps,
-            buffer=buffer,
-            memory=memory,
-        )
-        metrics = {
-            "env_steps": state.env_steps,
-            "iteration": state.iteration,
-            **episodes,
-            **_flatten(learner_metrics),
-        }
-        return state, metrics
-
-    return iterate
 
 
 def one_agent_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
@@ -442,43 +296,6 @@ def one_agent_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array],
     return sequential
 
 
-def _warm_up(
-    algorithm: OffPolicyAlgorithm, rollout: RolloutFn, state: AnakinState, steps: int
-) -> AnakinState:
-    """A fresh replay buffer, filled by the iterations that would not update yet.
-
-    The :class:`~jaxlearner.Trainer` updates in an iteration once its env
-    steps so far reach ``learning_starts``
-    (:func:`~jaxlearner.algorithms.off_policy.updates_due`); the iterations
-    before that only collect, and run here.
-    """
-    module = state.learner.modules[algorithm.module_id]
-    example = jax.eval_shape(
-        lambda: algorithm.transitions(rollout(module, state.env_states, state.obs, state.key)[2])
-    )
-    example = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), example)
-    buffer = off_policy.replay_init(algorithm, example)
-    warmup = off_policy.warmup_iterations(algorithm, steps)
-
-    def collect(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
-        env_states, obs, buffer = carry
-        env_states, obs, experience, _ = rollout(module, env_states, obs, key)
-        buffer = off_policy.replay_add(buffer, algorithm.transitions(experience))
-        return (env_states, obs, buffer), None
-
-    key, warmup_key = jax.random.split(state.key)
-    (env_states, obs, buffer), _ = jax.lax.scan(
-        collect, (state.env_states, state.obs, buffer), jax.random.split(warmup_key, warmup)
-    )
-    return state.replace(
-        env_states=env_states,
-        obs=obs,
-        key=key,
-        env_steps=jnp.int32(warmup * steps),
-        buffer=buffer,
-    )
-
-
 def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) -> None:
     if not isinstance(algorithm, Algorithm):
         raise TypeError(
@@ -498,14 +315,3 @@ def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) 
             "is the Trainer's (jl.Trainer). Use policy_lag=0 here."
         )
     check_recipe_spaces(algorithm.learner.recipe, env.observation_space, env.action_space)
-
-
-def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> Metrics:
-    """``{"policy": {"loss": x}}`` -> ``{"policy/loss": x}``, arrays kept as they are."""
-    flat: Metrics = {}
-    for name, value in metrics.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{name}/"))
-        else:
-            flat[f"{prefix}{name}"] = value
-    return flat

@@ -181,13 +181,22 @@ def _initial_hyperparams(spec: ModuleSpec) -> dict[str, jax.Array]:
 
 
 def initial_extra(spec: ModuleSpec, params: Params) -> dict[str, PyTree]:
-    """The module's initial ``extra`` state: its updates' entries, then the spec's own."""
+    """The module's initial ``extra`` state: its updates' entries, the spec's own, then its
+    observers' (:class:`~jaxlearner.Observer`) under their names."""
     extra: dict[str, PyTree] = {}
     for update in spec.additional_updates:
         if update.init_extra is not None:
             extra.update(update.init_extra(params))
     if spec.init_extra is not None:
         extra.update(spec.init_extra(params))
+    for observer in spec.observers:
+        if observer.name in extra:
+            raise ValueError(
+                f"Observer {observer.name!r} would overwrite the module's extra state "
+                f"{observer.name!r} (extra state: {sorted(extra)}); give the observer another "
+                "name."
+            )
+        extra[observer.name] = observer.init(params)
     # Strongly typed, so a Python float in the extra state is not a weak scalar whose
     # type could change (and recompile the update) after a checkpoint round trip.
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), extra)

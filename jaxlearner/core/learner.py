@@ -12,6 +12,7 @@ compiles once for the new structure; the state moves over unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -38,11 +39,12 @@ from jaxlearner.core.initialization import (
 )
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_spec import ModuleSpec, check_specs
+from jaxlearner.core.observers import make_observe, observe_modules
 from jaxlearner.core.placement import DevicesLike, Placement
 from jaxlearner.core.state import LearnerState, zero_counter
 from jaxlearner.core.update import UpdateFn, make_update
 from jaxlearner.errors import ReadableKeyError
-from jaxlearner.types import Batch, Params
+from jaxlearner.types import Batch, Experience, Params
 
 _CONFIG_FIELDS = LearnerConfig.field_names()
 _VALUE_FIELDS = ("modules", "batch_layout", "placement")
@@ -92,7 +94,16 @@ class Learner:
       4
     """
 
-    __slots__ = ("_config", "_jitted", "_layout", "_placement", "_specs", "_trained", "_update_fn")
+    __slots__ = (
+        "_config",
+        "_jitted",
+        "_layout",
+        "_observe",
+        "_placement",
+        "_specs",
+        "_trained",
+        "_update_fn",
+    )
 
     def __init__(
         self,
@@ -124,6 +135,8 @@ class Learner:
         )
         set_(self, "_update_fn", update_fn)
         set_(self, "_jitted", placement.jit(update_fn, config.donate_state))
+        observes = {m: make_observe(*spec.observers) for m, spec in specs.items() if spec.observers}
+        set_(self, "_observe", placement.jit_observe(functools.partial(observe_modules, observes)))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise dataclasses.FrozenInstanceError(
@@ -330,6 +343,47 @@ class Learner:
             return self._jitted(state, batch, env_steps_by_module)
         with jax.disable_jit():
             return self._update_fn(state, batch, env_steps_by_module)
+
+    def observe(self, state: LearnerState, experiences: Mapping[str, Experience]) -> LearnerState:
+        """Folds collected experience into the modules' observed state (their observers).
+
+        Every driver calls this once per collected batch, before postprocessing it:
+        see :mod:`jaxlearner.core.observers`. Pure and jitted (compiled once per
+        experience shape); a module without observers is left as it is, and a learner
+        without any returns ``state`` itself without a device call.
+
+        Args:
+          state: the current state.
+          experiences: ``{module_id: experience}``, each a mapping of ``[T, N, ...]``
+            arrays with a ``[T, N]`` ``valid`` mask. On a mesh with several processes,
+            each passes its own environments; the global experience is the processes'
+            ``N`` axes side by side.
+
+        Returns:
+          The new state: only the observers' ``extra`` entries differ.
+
+        Raises:
+          KeyError: for an unknown module id.
+
+        Example:
+          >>> state = learner.observe(state, {"default_policy": rollout.experience()})
+          ... # doctest: +SKIP
+        """
+        self.check_state(state)
+        unknown = [m for m in experiences if m not in self._specs]
+        if unknown:
+            raise ReadableKeyError(
+                f"observe got experience of unknown module(s) {unknown}; modules: "
+                f"{list(self._specs)}."
+            )
+        observed = {m: e for m, e in experiences.items() if self._specs[m].observers}
+        if not observed:
+            return state
+        observed = self._placement.global_experience(observed)
+        if self._config.jit:
+            return self._observe(state, observed)
+        with jax.disable_jit():
+            return self._observe(state, observed)
 
     def validate(
         self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None = None

@@ -8,6 +8,7 @@ from typing import Any
 
 from jaxlearner.core.additional_updates import AdditionalUpdate, as_additional_update
 from jaxlearner.core.context import LossFn
+from jaxlearner.core.observers import Observer, check_observers
 from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer, OptimizerLike, as_optimizer
 from jaxlearner.core.schedules import ScheduleLike, as_schedule
 from jaxlearner.types import REDUCTIONS, Batch, Model, Params, PyTree, Reduction
@@ -45,6 +46,10 @@ class ModuleSpec:
       metric_reductions: how a metric the loss returns is reduced over the
         minibatch steps of an update, ``{name: "mean" | "sum" | "min" |
         "max" | "last"}``; unlisted metrics use the mean.
+      observers: state that learns from collected experience, each a
+        :class:`~jaxlearner.Observer` whose state is ``extra[observer.name]``;
+        drivers fold every collected batch into it with
+        :meth:`~jaxlearner.Learner.observe` (see :mod:`jaxlearner.core.observers`).
 
     Example:
       >>> import flax.linen as nn, optax, jaxlearner as jl
@@ -65,6 +70,7 @@ class ModuleSpec:
     init_extra: Callable[[Params], Mapping[str, PyTree]] | None = None
     additional_updates: Sequence[AdditionalUpdate | Callable[..., Any]] = ()
     metric_reductions: Mapping[str, Reduction] = dataclasses.field(default_factory=dict)
+    observers: Sequence[Observer] = ()
 
     def __post_init__(self) -> None:
         if not (
@@ -104,6 +110,7 @@ class ModuleSpec:
                     f"metric_reductions[{name!r}] is {reduction!r}; valid reductions: {REDUCTIONS}."
                 )
         object.__setattr__(self, "metric_reductions", reductions)
+        object.__setattr__(self, "observers", check_observers(self.observers))
 
     def _named_optimizers(self) -> dict[str, Optimizer]:
         if (self.optimizer is None) == (self.optimizers is None):

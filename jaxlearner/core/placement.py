@@ -154,6 +154,24 @@ class Placement:
             donate_argnums=donate,
         )
 
+    def jit_observe(self, observe_fn: Any) -> Any:
+        """``jax.jit(observe_fn)`` for ``observe(state, experiences) -> state``, the state
+        kept replicated on a mesh (the experience is placed as XLA sees fit)."""
+        if self.mesh is None:
+            return jax.jit(observe_fn)
+        return jax.jit(observe_fn, out_shardings=self.state_sharding)
+
+    def global_experience(self, experiences: Mapping[str, PyTree]) -> dict[str, PyTree]:
+        """Each process's ``[T, N, ...]`` experience as one global array, its ``N`` axes
+        side by side in process order; returned as is with one process."""
+        if self.mesh is None or jax.process_count() == 1:
+            return dict(experiences)
+        sharding = NamedSharding(self.mesh, P(None, DATA_AXIS))
+        return {
+            m: jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), e)
+            for m, e in experiences.items()
+        }
+
     def constrain_minibatch(self, blocks: PyTree) -> PyTree:
         """Each epoch's ``[steps, minibatch, ...]`` blocks split over the ``"data"`` axis."""
         if self.mesh is None:

@@ -1,6 +1,8 @@
 """Feeds: how the Trainer turns each rollout into learner updates, one per algorithm kind.
 
-An :class:`OnPolicyFeed` postprocesses the rollout and updates once on it.
+Both feeds first fold the rollout into the module's observed state (:func:`observe`, the
+experience seam of :mod:`jaxlearner.core.observers`). An :class:`OnPolicyFeed` then
+postprocesses the rollout and updates once on it.
 A :class:`ReplayFeed` adds the rollout's transitions to a device replay
 buffer and runs the updates due (none before ``learning_starts`` env steps,
 then ``updates_per_step`` per env step) with the compiled sample-then-update
@@ -88,6 +90,26 @@ def make_feed(algorithm: Algorithm) -> Feed:
     )
 
 
+def observe(
+    algorithm: Algorithm, state: LearnerState, module: ModuleState, experience: Experience
+) -> tuple[LearnerState, ModuleState]:
+    """The rollout folded into the module's observed state, before anything else sees it.
+
+    Returns:
+      ``(state, module)``: the learner state after
+      :meth:`~jaxlearner.Learner.observe`, and the module the rollout was collected with
+      (``policy_lag`` params) holding the observers' new state, for postprocessing.
+    """
+    module_id, learner = algorithm.module_id, algorithm.learner
+    observers = learner.specs[module_id].observers
+    if not observers:
+        return state, module
+    state = learner.observe(state, {module_id: experience})
+    observed = learner.placement.get(state).modules[module_id].extra
+    extra = {**module.extra, **{o.name: observed[o.name] for o in observers}}
+    return state, module.replace(extra=extra)
+
+
 @final
 class OnPolicyFeed:
     """Each rollout, postprocessed (jitted), is one batch for one ``learner.update``."""
@@ -109,6 +131,7 @@ class OnPolicyFeed:
     ) -> tuple[LearnerState, Any]:
         del env_steps_before, key
         algorithm = self._algorithm
+        state, module = observe(algorithm, state, module, experience)
         batch = self._postprocess(module, experience)
         return algorithm.learner.update(state, {algorithm.module_id: batch}, env_steps=env_steps)
 
@@ -173,8 +196,8 @@ class ReplayFeed:
         env_steps_before: int,
         key: jax.Array,
     ) -> tuple[LearnerState, Any]:
-        del module
         algorithm = self._algorithm
+        state, _ = observe(algorithm, state, module, experience)
         if self._buffer is None:
             rows = jax.eval_shape(algorithm.transitions, experience)
             example = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows)

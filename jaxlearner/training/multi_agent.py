@@ -241,8 +241,12 @@ class MultiAgentTrainer:
         self._key, sample_key = jax.random.split(self._key)
         modules = self._modules()
         rollout = self._runner.sample(self._explore, modules, self._rollout_steps, sample_key)
+        experiences = {m: rollout.experience[m] for m in self._trained}
+        # Each trained policy's batch folded into its observers' state, before postprocessing.
+        self._state = self._learner.observe(self._state, experiences)
+        modules = self._modules()
         trained = {m: modules[m] for m in self._trained}
-        batches = self._postprocess(trained, {m: rollout.experience[m] for m in self._trained})
+        batches = self._postprocess(trained, experiences)
         self._state, metrics = self._learner.update(
             self._state, batches, env_steps={m: rollout.agent_steps[m] for m in self._trained}
         )

@@ -131,9 +131,13 @@ class OfflineTrainer:
         self._updates_count = updates_per_iteration(algorithm, self._dataset.num_steps)
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
-        self._state = (
-            self.learner.init(init_key) if state is None else self.learner.placement.put(state)
-        )
+        if state is None:
+            # A state of its own sees the whole dataset once, as one environment's stream.
+            state = self.learner.init(init_key)
+            experience = _as_experience(self._dataset.columns)
+            self._state = self.learner.observe(state, {algorithm.module_id: experience})
+        else:
+            self._state = self.learner.placement.put(state)
         rows = jax.jit(algorithm.rows)(self._dataset.columns)
         first = jax.tree.map(lambda column: column[: algorithm.train_batch_size], rows)
         self.learner.validate(self._state, {algorithm.module_id: first})
@@ -313,3 +317,11 @@ class OfflineTrainer:
         self._eval_runner.close()
         for writer in self._writers:
             writer.close()
+
+
+def _as_experience(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A dataset's ``[N, ...]`` steps as the experience of one environment, ``[N, 1, ...]``,
+    every step valid (what :meth:`~jaxlearner.Learner.observe` takes)."""
+    experience = {name: np.expand_dims(column, 1) for name, column in columns.items()}
+    experience["valid"] = np.ones(experience["rewards"].shape, bool)
+    return experience
