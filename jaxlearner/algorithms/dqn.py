@@ -68,7 +68,8 @@ Design decisions:
   ``env_steps`` counter) have passed since the last target update, ``tau == 1``
   copies the params (:func:`~jaxlearner.periodic_copy`) and ``tau < 1`` takes
   one polyak step ``target <- tau * params + (1 - tau) * target``, RLlib's
-  ``sync_target_networks(tau)`` at that frequency. Use
+  ``sync_target_networks(tau)`` at that frequency (both are
+  :func:`~jaxlearner.target_update`). Use
   ``target_network_update_freq=1`` for a polyak step after every update.
 * **Training intensity**: ``OffPolicyAlgorithm.updates_per_step`` is
   ``training_intensity / train_batch_size``; ``None`` means one update per env
@@ -124,7 +125,7 @@ from jaxlearner.algorithms.off_policy import (
     td_error_loss,
     updates_per_step,
 )
-from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy
+from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
@@ -301,32 +302,10 @@ def periodic_polyak_update(period: int, tau: ScheduleLike) -> AdditionalUpdate:
     After an update, if ``env_steps - last >= period``:
     ``target <- tau * params + (1 - tau) * target`` and ``last = env_steps``
     (RLlib's DQN with ``tau < 1``). ``tau`` is the traced hyperparameter
-    ``"tau"``. The ``extra`` entries match :func:`~jaxlearner.periodic_copy`'s.
+    ``"tau"``. The ``extra`` entries match :func:`~jaxlearner.periodic_copy`'s;
+    both are :func:`~jaxlearner.target_update`.
     """
-    last_key = f"{TARGET}_last_update"
-
-    def fn(module: ModuleState, metrics: Any) -> ModuleState:
-        del metrics
-        now = module.env_steps
-        due = now - module.extra[last_key] >= period
-        stepped = optax.incremental_update(
-            module.params, module.extra[TARGET], module.hyperparams["tau"]
-        )
-        target = jax.tree.map(
-            lambda new, old: jnp.where(due, new, old), stepped, module.extra[TARGET]
-        )
-        last = jnp.where(due, now, module.extra[last_key])
-        return module.replace(extra={**module.extra, TARGET: target, last_key: last})
-
-    return AdditionalUpdate(
-        fn,
-        after="update",
-        init_extra=lambda params: {
-            TARGET: jax.tree.map(jnp.array, params),
-            last_key: jnp.zeros((), jnp.int32),
-        },
-        hyperparams={"tau": tau},
-    )
+    return target_update(tau, period=period, counter="env_steps", after="update", target=TARGET)
 
 
 def make_learner(

@@ -113,7 +113,7 @@ from jaxlearner.algorithms.off_policy import (
     td_error_loss,
     updates_per_step,
 )
-from jaxlearner.core.additional_updates import AdditionalUpdate
+from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
@@ -424,21 +424,14 @@ def critic_polyak_update(tau: ScheduleLike = 5e-3) -> AdditionalUpdate:
 
     ``extra["target_critic"] <- tau * params["params"]["critic"] + (1 - tau) *
     extra["target_critic"]``, starting from a copy of the critics; ``tau`` is
-    the traced hyperparameter ``"tau"``.
+    the traced hyperparameter ``"tau"``. This is :func:`~jaxlearner.target_update`
+    with ``select`` picking the critics.
     """
+    return target_update(tau, target=TARGET, select=_critics, after="grad_step")
 
-    def fn(module: ModuleState, metrics: Any) -> ModuleState:
-        del metrics
-        critic = module.params["params"]["critic"]
-        target = optax.incremental_update(critic, module.extra[TARGET], module.hyperparams["tau"])
-        return module.replace(extra={**module.extra, TARGET: target})
 
-    return AdditionalUpdate(
-        fn,
-        after="grad_step",
-        init_extra=lambda params: {TARGET: jax.tree.map(jnp.array, params["params"]["critic"])},
-        hyperparams={"tau": tau},
-    )
+def _critics(params: Params) -> Params:
+    return params["params"]["critic"]
 
 
 def make_learner(
