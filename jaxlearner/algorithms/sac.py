@@ -93,9 +93,8 @@ import optax
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm, PrioritizedReplay
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
-    check_fraction,
+    check_choice,
     check_positive,
-    check_positive_int,
     check_schedule,
     freeze_schedule,
 )
@@ -103,10 +102,7 @@ from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distr
 from jaxlearner.algorithms.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.off_policy import (
     TD_ERROR_LOSSES,
-    check_choice,
-    check_non_negative_int,
-    check_optional_positive,
-    check_prioritized_replay_config,
+    check_off_policy_config,
     masked_mean,
     replay_layout,
     replay_transitions,
@@ -117,7 +113,7 @@ from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Params
@@ -158,19 +154,12 @@ class SACConfig:
 
     def __post_init__(self) -> None:
         owner = "SACConfig"
-        check_prioritized_replay_config(owner, self)
         for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        check_off_policy_config(owner, self)
         check_schedule(
-            owner,
-            actor_lr=self.actor_lr,
-            critic_lr=self.critic_lr,
-            alpha_lr=self.alpha_lr,
-            tau=self.tau,
+            owner, actor_lr=self.actor_lr, critic_lr=self.critic_lr, alpha_lr=self.alpha_lr
         )
-        check_fraction(owner, gamma=self.gamma)
-        if isinstance(self.tau, int | float) and not 0 < self.tau <= 1:
-            raise ValueError(f"{owner}.tau must lie in (0, 1]; got {self.tau!r}.")
         check_positive(owner, initial_alpha=self.initial_alpha)
         if self.target_entropy != "auto" and (
             isinstance(self.target_entropy, bool)
@@ -180,27 +169,6 @@ class SACConfig:
             raise ValueError(
                 f"{owner}.target_entropy must be 'auto' or a finite number; got "
                 f"{self.target_entropy!r}."
-            )
-        check_positive_int(
-            owner,
-            train_batch_size=self.train_batch_size,
-            replay_buffer_capacity=self.replay_buffer_capacity,
-            rollout_fragment_length=self.rollout_fragment_length,
-            n_step=self.n_step,
-        )
-        check_non_negative_int(
-            owner,
-            num_steps_sampled_before_learning_starts=self.num_steps_sampled_before_learning_starts,
-        )
-        check_optional_positive(
-            owner, training_intensity=self.training_intensity, grad_clip=self.grad_clip
-        )
-        check_choice(owner, "td_error_loss_fn", self.td_error_loss_fn, TD_ERROR_LOSSES)
-        check_choice(owner, "grad_clip_by", self.grad_clip_by, CLIP_MODES)
-        if self.replay_buffer_capacity < self.train_batch_size:
-            raise ValueError(
-                f"{owner}.replay_buffer_capacity ({self.replay_buffer_capacity}) is smaller "
-                f"than train_batch_size ({self.train_batch_size})."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
 
