@@ -23,6 +23,7 @@ from jaxlearner.core.additional_updates import (
     adaptive_kl_coeff,
     periodic_copy,
     polyak_update,
+    target_update,
 )
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.group import LearnerGroup
@@ -175,6 +176,7 @@ __all__ = [
     "rollouts",
     "save_dataset",
     "sweeps",
+    "target_update",
     "video",
     "with_hyperparams",
 ]

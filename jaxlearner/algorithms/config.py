@@ -93,16 +93,22 @@ def parse_overrides(cls: type[ConfigT], items: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
+def _is_finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 def check_positive(owner: str, **values: Any) -> None:
     """Raises ``ValueError`` unless each value is a positive finite number."""
     for name, value in values.items():
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
+        if not _is_finite_number(value) or value <= 0:
             raise ValueError(f"{owner}.{name} must be a positive number; got {value!r}.")
+
+
+def check_optional_positive(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is ``None`` or a positive finite number."""
+    for name, value in values.items():
+        if value is not None and (not _is_finite_number(value) or value <= 0):
+            raise ValueError(f"{owner}.{name} must be a positive number or None; got {value!r}.")
 
 
 def check_positive_int(owner: str, **values: Any) -> None:
@@ -110,6 +116,19 @@ def check_positive_int(owner: str, **values: Any) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{owner}.{name} must be a positive int; got {value!r}.")
+
+
+def check_non_negative_int(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is an int ``>= 0``."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{owner}.{name} must be a non-negative int; got {value!r}.")
+
+
+def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raises ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{owner}.{name} must be one of {choices}; got {value!r}.")
 
 
 def check_layers(owner: str, **values: Any) -> None:

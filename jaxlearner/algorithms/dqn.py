@@ -68,7 +68,8 @@ Design decisions:
   ``env_steps`` counter) have passed since the last target update, ``tau == 1``
   copies the params (:func:`~jaxlearner.periodic_copy`) and ``tau < 1`` takes
   one polyak step ``target <- tau * params + (1 - tau) * target``, RLlib's
-  ``sync_target_networks(tau)`` at that frequency. Use
+  ``sync_target_networks(tau)`` at that frequency (both are
+  :func:`~jaxlearner.target_update`). Use
   ``target_network_update_freq=1`` for a polyak step after every update.
 * **Training intensity**: ``OffPolicyAlgorithm.updates_per_step`` is
   ``training_intensity / train_batch_size``; ``None`` means one update per env
@@ -105,7 +106,8 @@ from jaxlearner.algorithms.algorithm import (
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import (
-    check_fraction,
+    check_choice,
+    check_layers,
     check_positive,
     check_positive_int,
     check_schedule,
@@ -114,21 +116,18 @@ from jaxlearner.algorithms.config import (
 from jaxlearner.algorithms.models import q_network
 from jaxlearner.algorithms.off_policy import (
     TD_ERROR_LOSSES,
-    check_choice,
-    check_non_negative_int,
-    check_optional_positive,
-    check_prioritized_replay_config,
+    check_off_policy_config,
     masked_mean,
     replay_layout,
     replay_transitions,
     td_error_loss,
     updates_per_step,
 )
-from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy
+from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike, current_value
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
@@ -168,36 +167,13 @@ class DQNConfig:
 
     def __post_init__(self) -> None:
         owner = "DQNConfig"
-        check_prioritized_replay_config(owner, self)
         for name in ("lr", "tau", "epsilon"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
-        check_schedule(owner, lr=self.lr, tau=self.tau, epsilon=self.epsilon)
-        check_fraction(owner, gamma=self.gamma)
-        if isinstance(self.tau, int | float) and not 0 < self.tau <= 1:
-            raise ValueError(f"{owner}.tau must lie in (0, 1]; got {self.tau!r}.")
+        check_off_policy_config(owner, self)
+        check_schedule(owner, lr=self.lr, epsilon=self.epsilon)
         check_positive(owner, adam_epsilon=self.adam_epsilon)
-        check_positive_int(
-            owner,
-            train_batch_size=self.train_batch_size,
-            replay_buffer_capacity=self.replay_buffer_capacity,
-            rollout_fragment_length=self.rollout_fragment_length,
-            target_network_update_freq=self.target_network_update_freq,
-            n_step=self.n_step,
-        )
-        check_non_negative_int(
-            owner,
-            num_steps_sampled_before_learning_starts=self.num_steps_sampled_before_learning_starts,
-        )
-        check_optional_positive(
-            owner, training_intensity=self.training_intensity, grad_clip=self.grad_clip
-        )
-        check_choice(owner, "td_error_loss_fn", self.td_error_loss_fn, TD_ERROR_LOSSES)
-        check_choice(owner, "grad_clip_by", self.grad_clip_by, CLIP_MODES)
-        if self.replay_buffer_capacity < self.train_batch_size:
-            raise ValueError(
-                f"{owner}.replay_buffer_capacity ({self.replay_buffer_capacity}) is smaller "
-                f"than train_batch_size ({self.train_batch_size})."
-            )
+        check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
+        check_layers(owner, head_hidden_sizes=self.head_hidden_sizes)
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
 
@@ -301,32 +277,10 @@ def periodic_polyak_update(period: int, tau: ScheduleLike) -> AdditionalUpdate:
     After an update, if ``env_steps - last >= period``:
     ``target <- tau * params + (1 - tau) * target`` and ``last = env_steps``
     (RLlib's DQN with ``tau < 1``). ``tau`` is the traced hyperparameter
-    ``"tau"``. The ``extra`` entries match :func:`~jaxlearner.periodic_copy`'s.
+    ``"tau"``. The ``extra`` entries match :func:`~jaxlearner.periodic_copy`'s;
+    both are :func:`~jaxlearner.target_update`.
     """
-    last_key = f"{TARGET}_last_update"
-
-    def fn(module: ModuleState, metrics: Any) -> ModuleState:
-        del metrics
-        now = module.env_steps
-        due = now - module.extra[last_key] >= period
-        stepped = optax.incremental_update(
-            module.params, module.extra[TARGET], module.hyperparams["tau"]
-        )
-        target = jax.tree.map(
-            lambda new, old: jnp.where(due, new, old), stepped, module.extra[TARGET]
-        )
-        last = jnp.where(due, now, module.extra[last_key])
-        return module.replace(extra={**module.extra, TARGET: target, last_key: last})
-
-    return AdditionalUpdate(
-        fn,
-        after="update",
-        init_extra=lambda params: {
-            TARGET: jax.tree.map(jnp.array, params),
-            last_key: jnp.zeros((), jnp.int32),
-        },
-        hyperparams={"tau": tau},
-    )
+    return target_update(tau, period=period, counter="env_steps", after="update", target=TARGET)
 
 
 def make_learner(

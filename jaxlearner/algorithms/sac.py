@@ -42,33 +42,17 @@ smaller than the critic's (3e-5); the SAC papers use 3e-4 for all three.
 One module, ``"default_policy"`` (:func:`~jaxlearner.algorithms.models.sac_networks`),
 with three named optimizers ``actor``, ``critic`` and ``temperature``, each
 following the gradient of its own term of the per-optimizer loss
-(:func:`sac_loss`). With ``alpha = exp(log_alpha)``, ``(a', logp')`` sampled
-from the policy at ``s'`` and ``(a~, logp~)`` at ``s``:
-
-* critic: ``sum_i mean(mask * weights * L(Q_i(s, a) - y))`` (``weights`` the
-  importance weights of prioritized replay, else ones) with
-  ``y = rewards + discounts * (min_i Q_target_i(s', a') - alpha * logp')`` and
-  ``L`` the Huber loss (delta 1, RLlib's choice) or the squared error;
-* actor: ``mean(mask * (alpha * logp~ - min_i Q_i(s, a~)))``;
-* temperature: ``-mean(mask * log_alpha * (logp~ + target_entropy))``.
-
-For discrete actions the expectations over actions are exact sums over the
-policy's probabilities instead of samples.
+(:func:`~jaxlearner.algorithms.sac_loss.sac_loss`, whose module writes the
+three terms out).
 
 Design decisions:
 
 * **Target critics**: only the critics have targets, kept in
   ``extra["target_critic"]`` (the ``critic`` subtree of the params) and moved
-  by one polyak step after every gradient step (:func:`critic_polyak_update`;
+  by one polyak step after every gradient step (:func:`critic_polyak_update`,
+  :func:`~jaxlearner.target_update` with ``select`` picking the critics;
   ``tau`` is the traced hyperparameter ``"tau"``). ``jl.polyak_update`` would
   also average the actor and temperature, which the loss never reads.
-* **Gradients**: every term is written so that it depends only on its own
-  optimizer's params (the critics are frozen in the actor term, ``alpha`` in
-  the actor and critic terms, the log-probabilities in the temperature term);
-  the per-optimizer loss then makes each optimizer follow its own term. With
-  no path between terms, XLA prunes each optimizer's backward pass to its own
-  term, so the three cost about one backward pass of the summed loss
-  (``benchmarks/bench_off_policy.py`` measures both).
 * **Prioritized replay** (off by default), as RLlib's SAC: only the critic
   term is importance-weighted, and a row's priority is the mean over the
   critics of ``|Q_i(s, a) - y|``, computed before the gradient step with a
@@ -83,7 +67,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium
 import jax
@@ -92,38 +76,26 @@ import optax
 
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm, PrioritizedReplay
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
-from jaxlearner.algorithms.config import (
-    check_fraction,
-    check_positive,
-    check_positive_int,
-    check_schedule,
-    freeze_schedule,
-)
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.config import check_positive, check_schedule, freeze_schedule
+from jaxlearner.algorithms.distribution_spec import make_distribution
 from jaxlearner.algorithms.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.off_policy import (
-    TD_ERROR_LOSSES,
-    check_choice,
-    check_non_negative_int,
-    check_optional_positive,
-    check_prioritized_replay_config,
-    masked_mean,
+    check_off_policy_config,
     replay_layout,
     replay_transitions,
-    td_error_loss,
     updates_per_step,
 )
-from jaxlearner.core.additional_updates import AdditionalUpdate
+from jaxlearner.algorithms.sac_loss import TARGET, sac_loss, sac_terms
+from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Params
 
 MODULE_ID = "default_policy"
-TARGET = "target_critic"
 DISCRETE_TARGET_ENTROPY_SCALE = 0.98
 """``target_entropy="auto"`` for ``Discrete(n)`` is this times ``log(n)`` (RLlib's old stack)."""
 
@@ -158,19 +130,12 @@ class SACConfig:
 
     def __post_init__(self) -> None:
         owner = "SACConfig"
-        check_prioritized_replay_config(owner, self)
         for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        check_off_policy_config(owner, self)
         check_schedule(
-            owner,
-            actor_lr=self.actor_lr,
-            critic_lr=self.critic_lr,
-            alpha_lr=self.alpha_lr,
-            tau=self.tau,
+            owner, actor_lr=self.actor_lr, critic_lr=self.critic_lr, alpha_lr=self.alpha_lr
         )
-        check_fraction(owner, gamma=self.gamma)
-        if isinstance(self.tau, int | float) and not 0 < self.tau <= 1:
-            raise ValueError(f"{owner}.tau must lie in (0, 1]; got {self.tau!r}.")
         check_positive(owner, initial_alpha=self.initial_alpha)
         if self.target_entropy != "auto" and (
             isinstance(self.target_entropy, bool)
@@ -180,27 +145,6 @@ class SACConfig:
             raise ValueError(
                 f"{owner}.target_entropy must be 'auto' or a finite number; got "
                 f"{self.target_entropy!r}."
-            )
-        check_positive_int(
-            owner,
-            train_batch_size=self.train_batch_size,
-            replay_buffer_capacity=self.replay_buffer_capacity,
-            rollout_fragment_length=self.rollout_fragment_length,
-            n_step=self.n_step,
-        )
-        check_non_negative_int(
-            owner,
-            num_steps_sampled_before_learning_starts=self.num_steps_sampled_before_learning_starts,
-        )
-        check_optional_positive(
-            owner, training_intensity=self.training_intensity, grad_clip=self.grad_clip
-        )
-        check_choice(owner, "td_error_loss_fn", self.td_error_loss_fn, TD_ERROR_LOSSES)
-        check_choice(owner, "grad_clip_by", self.grad_clip_by, CLIP_MODES)
-        if self.replay_buffer_capacity < self.train_batch_size:
-            raise ValueError(
-                f"{owner}.replay_buffer_capacity ({self.replay_buffer_capacity}) is smaller "
-                f"than train_batch_size ({self.train_batch_size})."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
 
@@ -219,98 +163,6 @@ def target_entropy_for(action_space: gymnasium.Space, target_entropy: float | st
     return -float(math.prod(action_space.shape))
 
 
-def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
-    """SAC's per-optimizer loss; ``loss(params, batch, ctx)``.
-
-    The batch holds ``[B]`` replay rows ``obs``, ``actions``, ``rewards``,
-    ``next_obs``, ``discounts`` and ``mask`` (see
-    :mod:`jaxlearner.algorithms.off_policy`), and with prioritized replay the
-    importance weights ``weights`` of the critic term. ``ctx.apply`` is a
-    :class:`~jaxlearner.algorithms.models.SACNetworks`' ``apply`` (methods ``policy``,
-    ``q_values``, ``log_alpha``); the target critics' params are
-    ``ctx.extra["target_critic"]`` and the target entropy is
-    ``ctx.hyperparams["target_entropy"]``. For ``Box`` actions, ``ctx.key`` is
-    split into ``(next_key, current_key)``: ``a'`` at ``s'`` is drawn with
-    ``next_key``, ``a~`` at ``s`` with ``current_key``.
-
-    Args:
-      distribution: the actor's distribution (``tanh_gaussian`` or ``categorical``).
-      td_error_loss_fn: the critics' loss, ``"huber"`` (delta 1) or ``"mse"``.
-
-    Returns:
-      A loss returning ``({"actor", "critic", "temperature"}, metrics)`` with
-      metrics ``policy_loss``, ``qf_loss``, ``alpha_loss``, ``alpha_value``,
-      ``logps`` (mean log-probability of the policy's actions at ``s``),
-      ``qf_mean``, ``qf_max``, ``qf_min``, ``td_error_mean`` and ``target_mean``.
-
-    Raises:
-      ValueError: for another distribution kind or ``td_error_loss_fn``.
-
-    Example:
-      >>> loss = sac_loss(DistributionSpec("tanh_gaussian", (1,), (-2.0,), (2.0,)))
-      >>> terms, metrics = loss(params, batch, ctx)       # doctest: +SKIP
-    """
-    if distribution.kind not in ("tanh_gaussian", "categorical"):
-        raise ValueError(
-            f"sac_loss supports 'tanh_gaussian' and 'categorical' actors; got "
-            f"{distribution.kind!r}."
-        )
-    check_choice("sac_loss", "td_error_loss_fn", td_error_loss_fn, TD_ERROR_LOSSES)
-
-    def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[dict, dict]:
-        mask = batch["mask"]
-        terms = _loss_terms(distribution, params, batch, ctx)
-        td_errors = terms.q_taken - terms.target[None]  # [critics, B]
-        weights = batch.get("weights", jnp.ones_like(mask))
-        critic_loss = sum(
-            masked_mean(weights * td_error_loss(td_errors[i], td_error_loss_fn), mask)
-            for i in range(td_errors.shape[0])
-        )
-        target_entropy = ctx.hyperparams["target_entropy"]
-        losses = {
-            "actor": masked_mean(terms.actor_objective, mask),
-            "critic": critic_loss,
-            "temperature": -masked_mean(
-                terms.log_alpha * jax.lax.stop_gradient(terms.logps + target_entropy), mask
-            ),
-        }
-        return losses, _metrics(
-            losses, terms.alpha, terms.logps, terms.q_taken, td_errors, terms.target, mask
-        )
-
-    return loss
-
-
-class _Terms(NamedTuple):
-    """What SAC's three loss terms are built from (``q_taken`` is ``[critics, B]``)."""
-
-    log_alpha: jax.Array
-    alpha: jax.Array
-    q_taken: jax.Array
-    target: jax.Array
-    actor_objective: jax.Array
-    logps: jax.Array
-
-
-def _loss_terms(
-    distribution: DistributionSpec, params: Params, batch: Batch, ctx: LossContext
-) -> _Terms:
-    """The critics' Q-values and targets, the actor's objective and log-probabilities."""
-    terms = _discrete_terms if distribution.is_discrete else _continuous_terms
-    log_alpha = ctx.apply(params, method="log_alpha")
-    alpha = jax.lax.stop_gradient(jnp.exp(log_alpha))
-    rows = batch["obs"].shape[0]
-    # One actor pass over obs and next_obs together.
-    both = jnp.concatenate([batch["obs"], batch["next_obs"]])
-    dist_inputs = ctx.apply(params, both, method="policy")
-    nets = _param_views(params, ctx.extra[TARGET])
-    q_taken, next_value, actor_objective, logps = terms(
-        distribution, ctx, batch, (dist_inputs[:rows], dist_inputs[rows:]), alpha, nets
-    )
-    target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
-    return _Terms(log_alpha, alpha, q_taken, target, actor_objective, logps)
-
-
 def sac_td_errors(
     model: SACNetworks, module: ModuleState, batch: Batch, key: jax.Array
 ) -> jax.Array:
@@ -327,96 +179,8 @@ def sac_td_errors(
         hyperparams=module.hyperparams,
         counters=module.counters,
     )
-    terms = _loss_terms(model.distribution, module.params, batch, ctx)
+    terms = sac_terms(model.distribution, module.params, batch, ctx)
     return jnp.abs(terms.q_taken - terms.target[None]).mean(axis=0)
-
-
-def _metrics(
-    losses: dict[str, jax.Array],
-    alpha: jax.Array,
-    logps: jax.Array,
-    q_taken: jax.Array,
-    td_errors: jax.Array,
-    target: jax.Array,
-    mask: jax.Array,
-) -> dict[str, jax.Array]:
-    """:func:`sac_loss`'s metrics; ``q_taken`` and ``td_errors`` are ``[critics, B]``."""
-    valid = mask > 0
-    return {
-        "policy_loss": losses["actor"],
-        "qf_loss": losses["critic"],
-        "alpha_loss": losses["temperature"],
-        "alpha_value": alpha,
-        "logps": masked_mean(logps, mask),
-        "qf_mean": masked_mean(q_taken[0], mask),
-        "qf_max": jnp.max(jnp.where(valid, q_taken[0], -jnp.inf)),
-        "qf_min": jnp.min(jnp.where(valid, q_taken[0], jnp.inf)),
-        "td_error_mean": masked_mean(jnp.abs(td_errors).mean(0), mask),
-        "target_mean": masked_mean(target, mask),
-    }
-
-
-class _Params(NamedTuple):
-    """The module's params three ways: as they are, with target critics, with frozen critics."""
-
-    live: Params
-    target: Params
-    frozen: Params
-
-
-def _param_views(params: Params, target_critic: Params) -> _Params:
-    """``params`` as they are, with the target critics, and with gradient-free critics."""
-    critic = params["params"]["critic"]
-    return _Params(
-        live=params,
-        target={"params": {**params["params"], "critic": target_critic}},
-        frozen={"params": {**params["params"], "critic": jax.lax.stop_gradient(critic)}},
-    )
-
-
-def _continuous_terms(
-    distribution: DistributionSpec,
-    ctx: LossContext,
-    batch: Batch,
-    dist_inputs: tuple[jax.Array, jax.Array],
-    alpha: jax.Array,
-    nets: _Params,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """``Q_i(s, a) [C, B]``, ``E[min_i Q_target_i(s', a') - alpha logp'] [B]``, the actor's
-    objective ``alpha logp~ - min_i Q_i(s, a~) [B]`` and ``logp~ [B]``, with sampled actions."""
-    now, nxt = (make_distribution(distribution, x) for x in dist_inputs)
-    next_key, current_key = jax.random.split(ctx.key)
-    next_actions, next_logp = nxt.sample_and_log_prob(next_key)
-    next_q = ctx.apply(nets.target, batch["next_obs"], next_actions, method="q_values")
-    next_value = next_q.min(axis=0) - alpha * next_logp
-    q_taken = ctx.apply(nets.live, batch["obs"], batch["actions"], method="q_values")
-    actions, logps = now.sample_and_log_prob(current_key)
-    q_policy = ctx.apply(nets.frozen, batch["obs"], actions, method="q_values").min(axis=0)
-    return q_taken, next_value, alpha * logps - q_policy, logps
-
-
-def _discrete_terms(
-    distribution: DistributionSpec,
-    ctx: LossContext,
-    batch: Batch,
-    dist_inputs: tuple[jax.Array, jax.Array],
-    alpha: jax.Array,
-    nets: _Params,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """As :func:`_continuous_terms`, with exact expectations over the ``n`` actions; the last
-    output is ``sum_a pi(a|s) log pi(a|s)``, minus the policy's entropy."""
-    del distribution
-    log_probs, next_log_probs = (jax.nn.log_softmax(x, axis=-1) for x in dist_inputs)
-    next_q = ctx.apply(nets.target, batch["next_obs"], method="q_values").min(axis=0)
-    next_value = jnp.sum(jnp.exp(next_log_probs) * (next_q - alpha * next_log_probs), axis=-1)
-    q_all = ctx.apply(nets.live, batch["obs"], method="q_values")  # [C, B, n]
-    actions = batch["actions"].astype(jnp.int32)
-    index = jnp.broadcast_to(actions[None, :, None], (*q_all.shape[:-1], 1))
-    q_taken = jnp.take_along_axis(q_all, index, axis=-1)[..., 0]
-    probs = jnp.exp(log_probs)
-    q_policy = jax.lax.stop_gradient(q_all.min(axis=0))
-    actor_objective = jnp.sum(probs * (alpha * log_probs - q_policy), axis=-1)
-    return q_taken, next_value, actor_objective, jnp.sum(probs * log_probs, axis=-1)
 
 
 def critic_polyak_update(tau: ScheduleLike = 5e-3) -> AdditionalUpdate:
@@ -424,21 +188,14 @@ def critic_polyak_update(tau: ScheduleLike = 5e-3) -> AdditionalUpdate:
 
     ``extra["target_critic"] <- tau * params["params"]["critic"] + (1 - tau) *
     extra["target_critic"]``, starting from a copy of the critics; ``tau`` is
-    the traced hyperparameter ``"tau"``.
+    the traced hyperparameter ``"tau"``. This is :func:`~jaxlearner.target_update`
+    with ``select`` picking the critics.
     """
+    return target_update(tau, target=TARGET, select=_critics, after="grad_step")
 
-    def fn(module: ModuleState, metrics: Any) -> ModuleState:
-        del metrics
-        critic = module.params["params"]["critic"]
-        target = optax.incremental_update(critic, module.extra[TARGET], module.hyperparams["tau"])
-        return module.replace(extra={**module.extra, TARGET: target})
 
-    return AdditionalUpdate(
-        fn,
-        after="grad_step",
-        init_extra=lambda params: {TARGET: jax.tree.map(jnp.array, params["params"]["critic"])},
-        hyperparams={"tau": tau},
-    )
+def _critics(params: Params) -> Params:
+    return params["params"]["critic"]
 
 
 def make_learner(

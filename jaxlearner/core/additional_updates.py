@@ -7,8 +7,10 @@ gradient step or once after each ``update`` call (RLlib's
 also declares the ``extra`` entries and hyperparameters it needs, so a recipe
 only lists its updates and the learner initialises what they use.
 
-Built-ins: :func:`polyak_update`, :func:`periodic_copy`,
-:func:`adaptive_kl_coeff`.
+Built-ins: :func:`target_update`, the one target-network rule (a polyak
+step or a copy, maybe every ``period`` counts, of all the params or a
+selection), with its two common forms :func:`polyak_update` and
+:func:`periodic_copy`; and :func:`adaptive_kl_coeff`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.core.schedules import COUNTERS, Counter, ScheduleLike
-from jaxlearner.core.state import ModuleState
+from jaxlearner.core.schedules import COUNTERS, Counter, ScheduleLike, as_schedule
+from jaxlearner.core.state import ModuleState, select_tree
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Metrics, Params, PyTree
 
@@ -76,8 +78,145 @@ def as_additional_update(value: object) -> AdditionalUpdate:
     )
 
 
-def _copy_params(params: Params) -> PyTree:
-    return jax.tree.map(jnp.array, params)
+def target_update(
+    tau: ScheduleLike,
+    *,
+    period: int | None = None,
+    counter: Counter = "grad_steps",
+    after: When = "grad_step",
+    target: str = "target_params",
+    select: Callable[[Params], PyTree] | None = None,
+    hyperparam: str | None = "tau",
+) -> AdditionalUpdate:
+    """A target network's update: ``target <- tau * source + (1 - tau) * target``, maybe periodic.
+
+    One rule covers the target networks of the built-in algorithms: a polyak
+    step after every gradient step (SAC, ``select`` picking the critics), a
+    hard copy (``tau=1``) every ``period`` env steps (DQN), a polyak step every
+    ``period`` env steps (DQN with ``tau < 1``), or a polyak step every
+    ``period`` gradient steps (TD3's delayed targets). ``source`` is
+    ``select(params)``, all the params by default; the target starts as a copy
+    of it in ``extra[target]``.
+
+    ``tau`` is the traced hyperparameter ``hyperparams[hyperparam]``, so a
+    schedule, a sweep (``jax.vmap`` over the state) or an edit of the state
+    changes it without recompiling. With ``hyperparam=None`` it is a constant
+    closed over instead, and the module declares no hyperparameter
+    (:func:`periodic_copy`'s hard copy, ``tau=1``, is written so).
+
+    With a ``period``, the update runs when ``counter - last >= period`` and
+    then remembers ``last = counter`` in ``extra[target + "_last_update"]``
+    (an int32, 0 at init): RLlib's DQN rule, which holds for counters that
+    advance by more than one (env steps come in batches), where optax's
+    ``periodic_update`` (``counter % period == 0``) would miss the multiples.
+    Without a period it runs every time (and keeps no count).
+
+    Args:
+      tau: the step size in ``[0, 1]``, a constant or a schedule; ``1`` copies.
+        A number when ``hyperparam`` is ``None``.
+      period: counts between updates (a positive int), or ``None``: every time.
+      counter: the module counter ``period`` counts, ``"grad_steps"`` or
+        ``"env_steps"``.
+      after: ``"grad_step"`` (after every gradient step) or ``"update"``
+        (once per ``update`` call).
+      target: the ``extra`` entry holding the target params.
+      select: ``params -> source``, the part of the params the target follows
+        (e.g. ``lambda p: p["params"]["critic"]``); ``None`` for all of them.
+      hyperparam: the name of the hyperparameter holding ``tau``, or ``None``
+        for a constant ``tau``.
+
+    Returns:
+      An :class:`AdditionalUpdate` that declares ``extra[target]`` (and the
+      last update's count with a period) and the ``tau`` hyperparameter.
+
+    Raises:
+      ValueError: on a ``tau`` outside ``[0, 1]`` or not a schedule, a
+        non-positive ``period``, an unknown ``counter`` or ``after``.
+      TypeError: on a non-callable ``select``, an empty or non-string
+        ``target`` or ``hyperparam``, or a scheduled ``tau`` without ``hyperparam``.
+
+    Example:
+      >>> # TD3's delayed targets: a polyak step every 2 gradient steps.
+      >>> update = jl.target_update(0.005, period=2, counter="grad_steps")
+      >>> # SAC's target critics: a polyak step of the critics after every step.
+      >>> update = jl.target_update(0.005, target="target_critic",
+      ...                           select=lambda params: params["params"]["critic"])
+    """
+    _check_target_update(tau, period, counter, target, select, hyperparam)
+    source = select if select is not None else _all_params
+    last_key = f"{target}_last_update"
+
+    def stepped(module: ModuleState) -> PyTree:
+        new = source(module.params)
+        if hyperparam is None and tau == 1:
+            return new  # a copy, exact whatever the old target holds
+        step_size = tau if hyperparam is None else module.hyperparams[hyperparam]
+        return optax.incremental_update(new, module.extra[target], step_size)
+
+    def fn(module: ModuleState, metrics: Metrics) -> ModuleState:
+        del metrics
+        if period is None:
+            return module.replace(extra={**module.extra, target: stepped(module)})
+        now, last = module.counters[counter], module.extra[last_key]
+        due = now - last >= period
+        new_target = select_tree(due, stepped(module), module.extra[target])
+        last = jnp.where(due, now, last)
+        return module.replace(extra={**module.extra, target: new_target, last_key: last})
+
+    def init_extra(params: Params) -> dict[str, PyTree]:
+        extra = {target: jax.tree.map(jnp.array, source(params))}
+        if period is not None:
+            extra[last_key] = jnp.zeros((), jnp.int32)
+        return extra
+
+    return AdditionalUpdate(
+        fn,
+        after=after,
+        init_extra=init_extra,
+        hyperparams={} if hyperparam is None else {hyperparam: tau},
+    )
+
+
+def _all_params(params: Params) -> Params:
+    return params
+
+
+def _check_target_update(
+    tau: ScheduleLike,
+    period: int | None,
+    counter: str,
+    target: str,
+    select: Callable[[Params], PyTree] | None,
+    hyperparam: str | None,
+) -> None:
+    """Raises on what :func:`target_update` cannot use, before anything is traced."""
+    _check_fraction(tau, "tau")
+    if hyperparam is None:
+        if isinstance(tau, bool) or not isinstance(tau, int | float):
+            raise TypeError(
+                f"target_update with hyperparam=None needs a constant tau (a number); got "
+                f"{tau!r}. Name a hyperparameter (e.g. hyperparam='tau') to schedule it."
+            )
+    elif not isinstance(hyperparam, str) or not hyperparam:
+        raise TypeError(
+            f"target_update hyperparam must be a non-empty str or None; got {hyperparam!r}."
+        )
+    else:
+        as_schedule(tau, hyperparam)
+    if period is not None and (
+        isinstance(period, bool) or not isinstance(period, int) or period <= 0
+    ):
+        raise ValueError(f"target_update period must be a positive int or None; got {period!r}.")
+    if counter not in COUNTERS:
+        raise ValueError(f"target_update counter must be one of {COUNTERS}; got {counter!r}.")
+    if not isinstance(target, str) or not target:
+        raise TypeError(
+            f"target_update target must be a non-empty str (an extra entry); got {target!r}."
+        )
+    if select is not None and not callable(select):
+        raise TypeError(
+            f"target_update select must be a callable params -> params or None; got {select!r}."
+        )
 
 
 def polyak_update(
@@ -86,7 +225,8 @@ def polyak_update(
     """Polyak averaging of a target network: ``target <- tau * params + (1 - tau) * target``.
 
     ``tau`` is the traced hyperparameter ``"tau"`` (schedulable, sweepable).
-    The target starts as a copy of the params in ``extra[target]``.
+    The target starts as a copy of the params in ``extra[target]``. This is
+    ``target_update(tau, target=target, after=after)``.
 
     Args:
       tau: the step size of the average, in ``[0, 1]``.
@@ -100,21 +240,7 @@ def polyak_update(
       >>> spec = jl.ModuleSpec(model, loss, optax.adam(3e-4),
       ...                      additional_updates=[jl.polyak_update(tau=0.005)])  # doctest: +SKIP
     """
-    _check_fraction(tau, "tau")
-
-    def fn(module: ModuleState, metrics: Metrics) -> ModuleState:
-        del metrics
-        new_target = optax.incremental_update(
-            module.params, module.extra[target], module.hyperparams["tau"]
-        )
-        return module.replace(extra={**module.extra, target: new_target})
-
-    return AdditionalUpdate(
-        fn,
-        after=after,
-        init_extra=lambda params: {target: _copy_params(params)},
-        hyperparams={"tau": tau},
-    )
+    return target_update(tau, target=target, after=after)
 
 
 def periodic_copy(
@@ -124,7 +250,8 @@ def periodic_copy(
 
     RLlib's DQN rule: after an update, if ``counter - last_copy >= period``,
     copy and remember ``last_copy = counter``. The last copy's count is kept in
-    ``extra[target + "_last_update"]``.
+    ``extra[target + "_last_update"]``. This is :func:`target_update` with a
+    constant ``tau=1`` (no hyperparameter) after each ``update`` call.
 
     Args:
       period: counts between copies (RLlib's ``target_network_update_freq``).
@@ -137,29 +264,8 @@ def periodic_copy(
     Raises:
       ValueError: on a non-positive period or an unknown counter.
     """
-    if isinstance(period, bool) or not isinstance(period, int) or period <= 0:
-        raise ValueError(f"periodic_copy period must be a positive int; got {period!r}.")
-    if counter not in COUNTERS:
-        raise ValueError(f"periodic_copy counter must be one of {COUNTERS}; got {counter!r}.")
-    last_key = f"{target}_last_update"
-
-    def fn(module: ModuleState, metrics: Metrics) -> ModuleState:
-        del metrics
-        now = module.counters[counter]
-        due = now - module.extra[last_key] >= period
-        new_target = jax.tree.map(
-            lambda p, t: jnp.where(due, p, t), module.params, module.extra[target]
-        )
-        last = jnp.where(due, now, module.extra[last_key])
-        return module.replace(extra={**module.extra, target: new_target, last_key: last})
-
-    return AdditionalUpdate(
-        fn,
-        after="update",
-        init_extra=lambda params: {
-            target: _copy_params(params),
-            last_key: jnp.zeros((), jnp.int32),
-        },
+    return target_update(
+        1.0, period=period, counter=counter, after="update", target=target, hyperparam=None
     )
 
 
