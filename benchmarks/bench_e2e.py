@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ppo_workload import machine, write_results
 
-from jaxlearner.training.cli import DEFAULTS
+from jaxlearner.cli import DEFAULTS
 from jaxlearner.training.loggers import read_json_lines
 
 THRESHOLDS = {"ppo": 475.0, "dqn": 400.0, "sac": -250.0}
@@ -55,7 +55,7 @@ def run_once(
         [
             sys.executable,
             "-m",
-            "jaxlearner.training.cli",
+            "jaxlearner.cli",
             "train",
             algorithm,
             "--out",

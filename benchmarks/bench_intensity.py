@@ -64,7 +64,7 @@ DQN_ZOO = {
 
 def workloads() -> list[tuple[str, str, str, dict]]:
     """``(name, algorithm, env, config)`` rows; the command line's SAC settings included."""
-    from jaxlearner.training.cli import DEFAULTS
+    from jaxlearner.cli import DEFAULTS
 
     cli_sac = {**DEFAULTS["sac"].config, "num_steps_sampled_before_learning_starts": 100}
     return [
@@ -131,7 +131,7 @@ SOLVED = 475.0
 
 def ours_to_solve(seed: int, max_steps: int) -> tuple[float, int]:
     """Seconds and env steps from building the command line's DQN to its first eval >= 475."""
-    from jaxlearner.training.cli import DEFAULTS
+    from jaxlearner.cli import DEFAULTS
 
     start = time.perf_counter()
     defaults = DEFAULTS["dqn"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from jaxlearner.training.cli import main
+from jaxlearner.cli import main
 
 sys.exit(main())

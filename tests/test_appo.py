@@ -14,7 +14,7 @@ import jaxlearner as jl
 from jaxlearner.algorithms.appo import APPOConfig, appo_loss
 from jaxlearner.algorithms.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.returns import gae
-from jaxlearner.training.cli import main
+from jaxlearner.cli import main
 from jaxlearner.training.env_runner import EnvRunner
 
 CARTPOLE = gym.make("CartPole-v1")

@@ -12,8 +12,8 @@ import gymnasium as gym
 import pytest
 
 from jaxlearner import algorithms
-from jaxlearner.training.cli import DEFAULTS, main
-from jaxlearner.training.cli import NO_CACHE_VARIABLE as NO_CACHE
+from jaxlearner.cli import DEFAULTS, main
+from jaxlearner.cli import NO_CACHE_VARIABLE as NO_CACHE
 from jaxlearner.training.loggers import read_json_lines
 
 TINY = [
@@ -347,12 +347,12 @@ def test_each_default_config_builds_its_algorithm(name):
 def test_resume_keeps_the_config_the_run_was_trained_with(run, monkeypatch):
     # The command line's defaults may change between a run and its resumption; the
     # resumed run takes its whole config from the checkpoint, not today's defaults.
-    from jaxlearner.training import cli
-    from jaxlearner.training.cli_settings import build, run_settings
+    from jaxlearner import cli
+    from jaxlearner.cli.run_settings import build, run_settings
 
-    trained = build(run_settings(cli._parser().parse_args(["train", "--resume", str(run)])))
+    trained = build(run_settings(cli.parse(["train", "--resume", str(run)])))
     changed = {**DEFAULTS["ppo"].config, "gamma": 0.5, "lambda_": 0.5}
     monkeypatch.setitem(cli.DEFAULTS, "ppo", dataclasses.replace(DEFAULTS["ppo"], config=changed))
-    args = cli._parser().parse_args(["train", "--resume", str(run)])
-    resumed = build(run_settings(args))
+    options = cli.parse(["train", "--resume", str(run)])
+    resumed = build(run_settings(options))
     assert resumed.config == trained.config and resumed.config.gamma != 0.5

@@ -13,13 +13,13 @@ ALLOWED = {
     "gymnasium": {
         "training/env_runner.py",
         "training/vector_env.py",
-        "training/cli_settings.py",
-        "training/cli_commands.py",
+        "cli/run_settings.py",
+        "cli/evaluate.py",
         "training/multi_agent_env.py",
         "algorithms/*",
         "anakin/envs/*",
     },
-    "matplotlib": {"training/cli_commands.py", "training/plotting.py"},
+    "matplotlib": {"cli/plot.py", "training/plotting.py"},
     "tensorboardX": {"training/loggers.py"},
     "mlflow": {"training/loggers.py"},
     "tqdm": {"training/loggers.py"},
@@ -187,6 +187,7 @@ LAYERS = [
     {"core"},
     {"algorithms", "checkpoint"},
     {"training", "anakin"},
+    {"cli"},
 ]
 
 
@@ -200,7 +201,8 @@ def layer_of(module):
 
 def test_layers_import_downward_only():
     """core/ needs no algorithm, checkpoint or driver; algorithms/ and checkpoint/ need no driver
-    and not each other; training/ and anakin/ sit on top. Top-level and TYPE_CHECKING imports
+    and not each other; training/ and anakin/ sit above them, and cli/ (the command line, an
+    application of the library) on top. Top-level and TYPE_CHECKING imports
     count; lazy imports inside functions (the registry's import of the built-in algorithms)
     do not."""
     paths = sorted(PACKAGE.rglob("*.py"))
@@ -219,3 +221,18 @@ def test_layers_import_downward_only():
             if layer_of(target) > layer_of(source) or (sibling and layer_of(source) == 2):
                 upward.append(f"{source} imports {target}")
     assert upward == []
+
+
+def test_the_command_line_imports_modules_not_the_root_package():
+    """``jaxlearner/cli/`` names the module that defines what it uses, at any depth, so the
+    layer test above sees its real dependencies (``import jaxlearner as jl`` would hide them)."""
+    offenders = []
+    for path in sorted((PACKAGE / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            offenders += [f"{path.name}:{node.lineno}" for name in names if name == "jaxlearner"]
+    assert offenders == []

@@ -11,7 +11,7 @@ from helpers import assert_same_stats, assert_trees_close, interrupted_and_resum
 
 import jaxlearner as jl
 from jaxlearner.algorithms.spaces import space_to_json
-from jaxlearner.training.cli import main
+from jaxlearner.cli import main
 from jaxlearner.training.datasets import Dataset, record_episodes
 
 CARTPOLE = gym.make("CartPole-v1")

@@ -8,7 +8,6 @@ written after it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -17,37 +16,58 @@ import pathlib
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TypeAlias
 
-from jaxlearner.training.cli_settings import (
+from jaxlearner.algorithms.algorithm import AnyAlgorithm
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.cli.options import TrainOptions
+from jaxlearner.cli.run_folder import (
     CHECKPOINTS,
     METRICS_FILE,
     RUN_FILE,
-    RunSettings,
     UsageError,
+    check_folder_path,
+    default_run_name,
+)
+from jaxlearner.cli.run_settings import (
+    RunSettings,
     build,
     check_tensorboard,
-    default_run_name,
     is_offline,
     load_dataset,
     run_settings,
 )
+from jaxlearner.training.loggers import (
+    ConsoleWriter,
+    JSONLinesWriter,
+    TensorBoardWriter,
+    Writer,
+)
+from jaxlearner.training.offline_trainer import OfflineTrainer
+from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound, StopCondition
+from jaxlearner.training.trainer import Trainer
+
+AnyTrainer: TypeAlias = Trainer | OfflineTrainer
+"""The trainer ``jaxlearner train`` runs: on rollouts, or on a dataset (BC, MARWIL)."""
+
+_Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | None
 
 
 class _Interrupted:
     """Turns SIGINT and SIGTERM into ``trainer.request_stop()``; a second signal aborts."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: AnyTrainer) -> None:
         self.signal: int | None = None
         self._trainer = trainer
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, _Handler] = {}
 
     def __enter__(self) -> _Interrupted:
         for number in (signal.SIGINT, signal.SIGTERM):
             self._previous[number] = signal.signal(number, self._handle)
         return self
 
-    def _handle(self, number: int, frame: Any) -> None:
+    def _handle(self, number: int, frame: FrameType | None) -> None:
         if self.signal is not None:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
         self.signal = number
@@ -68,21 +88,25 @@ def _ranked(stats: dict[str, float]) -> dict[str, float]:
     return {"eval/return_mean": math.nan, **stats}
 
 
-def train(args: argparse.Namespace) -> int:
-    """Runs ``jaxlearner train``; returns the exit status."""
-    import jaxlearner as jl
+def train(options: TrainOptions) -> int:
+    """Runs ``jaxlearner train``; returns the exit status.
 
-    settings = run_settings(args)
+    Raises:
+      UsageError: for any option that does not fit, before the run folder is made.
+    """
+    if options.out is not None and options.resume is None:
+        check_folder_path("--out", options.out)  # before anything is built
+    settings = run_settings(options)
     algorithm = build(settings)
-    check_tensorboard(args)
-    name, env_id = settings.algorithm, settings.env
-    if args.resume is not None:
-        out = pathlib.Path(args.resume)
-        with jl.CheckpointManager(out / CHECKPOINTS, read_only=True) as existing:
+    check_tensorboard(options.tensorboard)
+    if options.resume is not None:
+        out = options.resume
+        with CheckpointManager(out / CHECKPOINTS, read_only=True) as existing:
             if existing.latest_step() is None:
                 raise UsageError(f"--resume {out}: {out / CHECKPOINTS} holds no checkpoint")
     else:
-        out = pathlib.Path(args.out or default_run_name(name, env_id))
+        out = options.out or pathlib.Path(default_run_name(settings.algorithm, settings.env))
+        check_folder_path("--out", out)
         out.mkdir(parents=True, exist_ok=True)
         record = {
             **dataclasses.asdict(settings),
@@ -90,51 +114,63 @@ def train(args: argparse.Namespace) -> int:
         }
         (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
-    checkpoint = jl.CheckpointManager(
+    checkpoint = CheckpointManager(
         out / CHECKPOINTS, max_to_keep=3, keep_best=1, best_metric="eval/return_mean"
     )
     trainer = None
     try:
-        if args.resume is not None:
+        if options.resume is not None:
             _truncate_metrics(out / METRICS_FILE, checkpoint.latest_step())
-        writers: list[Any] = [
-            jl.loggers.ConsoleWriter(every=1),
-            jl.loggers.JSONLinesWriter(out / METRICS_FILE),
-        ]
-        if args.tensorboard:
-            writers.append(jl.loggers.TensorBoardWriter(out / "tensorboard"))
-        progress = False if args.no_progress else None
-        if is_offline(algorithm):
-            trainer = jl.OfflineTrainer(
-                algorithm,
-                load_dataset(settings.dataset),
-                env_id,
-                seed=settings.seed,
-                writers=writers,
-                progress=progress,
-            )
-        else:
-            trainer = jl.Trainer(
-                algorithm,
-                env_id,
-                num_envs=settings.num_envs,
-                seed=settings.seed,
-                writers=writers,
-                progress=progress,
-            )
-        if args.resume is not None:
+        trainer = _trainer(settings, algorithm, _writers(out, options.tensorboard), options)
+        if options.resume is not None:
             trainer.restore(checkpoint)  # the steps it saves are the iterations
-        return _run(trainer, checkpoint, settings, out, args)
+        return _run(trainer, checkpoint, settings, out, options)
     finally:
         checkpoint.close()
         if trainer is not None:
             trainer.close()
 
 
-def _run(trainer: Any, checkpoint: Any, settings: RunSettings, out: pathlib.Path, args: Any) -> int:
-    """Trains until a stop condition holds or a signal arrives; saves; prints where it all went."""
-    import jaxlearner as jl
+def _writers(out: pathlib.Path, tensorboard: bool) -> list[Writer]:
+    """The console, ``RUN/metrics.jsonl`` and, with ``--tensorboard``, ``RUN/tensorboard``."""
+    writers: list[Writer] = [ConsoleWriter(every=1), JSONLinesWriter(out / METRICS_FILE)]
+    if tensorboard:
+        writers.append(TensorBoardWriter(out / "tensorboard"))
+    return writers
 
+
+def _trainer(
+    settings: RunSettings, algorithm: AnyAlgorithm, writers: list[Writer], options: TrainOptions
+) -> AnyTrainer:
+    """The trainer of the run: on the dataset for BC and MARWIL, else on rollouts."""
+    progress = None if options.progress else False
+    if is_offline(algorithm):
+        return OfflineTrainer(
+            algorithm,
+            load_dataset(settings.dataset),
+            settings.env,
+            seed=settings.seed,
+            writers=writers,
+            progress=progress,
+        )
+    return Trainer(
+        algorithm,
+        settings.env,
+        num_envs=settings.num_envs,
+        seed=settings.seed,
+        writers=writers,
+        progress=progress,
+    )
+
+
+def _run(
+    trainer: AnyTrainer,
+    checkpoint: CheckpointManager,
+    settings: RunSettings,
+    out: pathlib.Path,
+    options: TrainOptions,
+) -> int:
+    """Trains until a stop condition holds or a signal arrives; saves; prints where it all went."""
     conditions = _stop_conditions(settings)
     save = _saver(trainer, checkpoint, settings.checkpoint_every_steps)
     where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
@@ -142,9 +178,9 @@ def _run(trainer: Any, checkpoint: Any, settings: RunSettings, out: pathlib.Path
     if settings.dataset is not None:
         where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"
         steps = "dataset rows"
-    if args.resume is None:
+    if options.resume is None:
         print(f"Training {where}; run folder {out} (the first iteration compiles)", flush=True)
-    elif jl.AnyOf(*conditions)(trainer.history):
+    elif AnyOf(*conditions)(trainer.history):
         print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
         return 0
     else:
@@ -168,22 +204,22 @@ def _run(trainer: Any, checkpoint: Any, settings: RunSettings, out: pathlib.Path
             flush=True,
         )
         return 128 + interrupted.signal
-    _print_done(trainer, last, steps, out, tensorboard=args.tensorboard)
+    _print_done(trainer, last, steps, out, tensorboard=options.tensorboard)
     return 0
 
 
-def _stop_conditions(settings: RunSettings) -> list[Any]:
+def _stop_conditions(settings: RunSettings) -> list[StopCondition]:
     """``--max-steps``, and ``--stop-reward`` reached by two evaluations in a row."""
-    import jaxlearner as jl
-
-    conditions: list[Any] = [jl.MaxEnvSteps(settings.max_steps)]
+    conditions: list[StopCondition] = [MaxEnvSteps(settings.max_steps)]
     if settings.stop_reward is not None:
         # Two evaluations in a row, so one lucky evaluation does not end the run.
-        conditions.append(jl.RewardBound(settings.stop_reward, times=2))
+        conditions.append(RewardBound(settings.stop_reward, times=2))
     return conditions
 
 
-def _saver(trainer: Any, checkpoint: Any, every: int) -> Callable[[dict[str, float]], None]:
+def _saver(
+    trainer: AnyTrainer, checkpoint: CheckpointManager, every: int
+) -> Callable[[dict[str, float]], None]:
     """The ``on_iteration`` callback that saves the trainer into ``checkpoint``."""
     evaluations = [r["eval/return_mean"] for r in trainer.history if "eval/return_mean" in r]
     best = max(evaluations, default=-math.inf)
@@ -202,7 +238,7 @@ def _saver(trainer: Any, checkpoint: Any, every: int) -> Callable[[dict[str, flo
 
 
 def _print_done(
-    trainer: Any, last: dict[str, float], steps: str, out: pathlib.Path, *, tensorboard: bool
+    trainer: AnyTrainer, last: dict[str, float], steps: str, out: pathlib.Path, *, tensorboard: bool
 ) -> None:
     """Where a finished run's metrics and checkpoints went, and the commands that read them."""
     reached = last.get("eval/return_mean", float("nan"))

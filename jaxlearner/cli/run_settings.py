@@ -1,34 +1,52 @@
-"""The ``jaxlearner train`` command line turned into a checked run, and the run folder's layout.
+"""``jaxlearner train``'s options turned into a checked run: :class:`RunSettings` and the algorithm.
 
-:func:`run_settings` reads the parsed arguments (or ``RUN/run.json`` for ``--resume``)
-into a :class:`RunSettings`; :func:`build` turns those into the algorithm with
-every option checked, before any run folder is made. A mistake found on the way is
-a :class:`UsageError`, which the command prints as one line (exit status 2).
+:func:`run_settings` reads the :class:`~jaxlearner.cli.options.TrainOptions` (or
+``RUN/run.json`` for ``--resume``) into a :class:`RunSettings`; :func:`build` turns
+those into the algorithm with every option checked, before any run folder is made.
+A mistake found on the way is a :class:`~jaxlearner.cli.run_folder.UsageError`,
+which the command prints as one line (exit status 2).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import datetime
 import json
 import pathlib
-from typing import Any
+from typing import Any, TypeGuard
 
-from jaxlearner.training.cli_defaults import DEFAULTS
+import gymnasium as gym
 
-RUN_FILE = "run.json"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
-
-
-class UsageError(Exception):
-    """A mistake in the command line discovered after parsing."""
+from jaxlearner.algorithms.algorithm import AnyAlgorithm, OfflineAlgorithm
+from jaxlearner.algorithms.config import parse_overrides
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.cli.defaults import DEFAULTS
+from jaxlearner.cli.options import Devices, TrainOptions, parse_devices
+from jaxlearner.cli.run_folder import CHECKPOINTS, RUN_FILE, UsageError, read_run
+from jaxlearner.core.registry import algorithm_names, algorithm_recipe
+from jaxlearner.training.datasets import Dataset
+from jaxlearner.training.loggers import require_tensorboard
+from jaxlearner.training.record import check_offline_dataset, read_dataset
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """What ``run.json`` records: enough to rebuild the trainer for ``--resume``."""
+    """What ``run.json`` records: enough to rebuild the trainer for ``--resume``.
+
+    Attributes:
+      algorithm: the registered algorithm's name, lower case.
+      env: the gymnasium environment id (an offline run's evaluation environment).
+      config: the config fields as JSON values (schedules as tuples of pairs): the
+        ``--config`` overrides of a new run, the whole config of a resumed one. Typed
+        ``Any`` since the algorithm, and so its config class, is chosen at run time.
+      num_envs: sub-environments stepped together.
+      seed: the run's seed.
+      stop_reward: the evaluation return that ends the run, or ``None``.
+      max_steps: the env steps (dataset rows) that end the run.
+      eval_every: env steps between evaluations.
+      checkpoint_every_steps: env steps between periodic checkpoints.
+      devices: ``--devices`` as typed (``"all"`` or a count), or ``None``.
+      dataset: an offline run's ``--dataset``.
+    """
 
     algorithm: str
     env: str
@@ -43,37 +61,35 @@ class RunSettings:
     dataset: str | None = None
 
 
-def algorithm_names() -> list[str]:
-    """The registered algorithms' names (the registry is imported here, not at start-up)."""
-    from jaxlearner.core.registry import algorithm_names as registered_names
+def run_settings(options: TrainOptions) -> RunSettings:
+    """The run's settings from the command line, or from ``RUN/run.json`` for ``--resume``.
 
-    return list(registered_names())
-
-
-def run_settings(args: argparse.Namespace) -> RunSettings:
-    """The run's settings from the command line, or from ``RUN/run.json`` for ``--resume``."""
-    if args.resume is not None:
-        return _resumed_settings(args)
-    return _new_settings(args)
+    Raises:
+      UsageError: for an unknown algorithm or environment, a bad ``--config`` or
+        ``--dataset``, or an option given beside ``--resume``.
+    """
+    if options.resume is not None:
+        return _resumed_settings(options.resume, options)
+    return _new_settings(options)
 
 
-def _resumed_settings(args: argparse.Namespace) -> RunSettings:
+def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
     """The settings ``RUN/run.json`` recorded, with the config the checkpoint was trained with."""
     given = [
         option
         for option, value in [
-            ("ALGORITHM", args.algorithm),
-            ("--env", args.env),
-            ("--config", args.config or None),
-            ("--stop-reward", args.stop_reward),
-            ("--max-steps", args.max_steps),
-            ("--out", args.out),
-            ("--devices", args.devices),
-            ("--num-envs", args.num_envs),
-            ("--eval-every", args.eval_every),
-            ("--checkpoint-every-steps", args.checkpoint_every_steps),
-            ("--seed", args.seed),
-            ("--dataset", args.dataset),
+            ("ALGORITHM", options.algorithm),
+            ("--env", options.env),
+            ("--config", options.config or None),
+            ("--stop-reward", options.stop_reward),
+            ("--max-steps", options.max_steps),
+            ("--out", options.out),
+            ("--devices", options.devices),
+            ("--num-envs", options.num_envs),
+            ("--eval-every", options.eval_every),
+            ("--checkpoint-every-steps", options.checkpoint_every_steps),
+            ("--seed", options.seed),
+            ("--dataset", options.dataset),
         ]
         if value is not None
     ]
@@ -81,14 +97,14 @@ def _resumed_settings(args: argparse.Namespace) -> RunSettings:
         raise UsageError(
             f"--resume continues a run with the settings in its {RUN_FILE}; drop {given}"
         )
-    _, info = read_run(args.resume)
+    _, info = read_run(run)
     name, env_id = info["algorithm"], info["env"]
     defaults = DEFAULTS.get(name)
     eval_every = info.get("eval_every") or (defaults.eval_every if defaults else 10_000)
     return RunSettings(
         algorithm=name,
         env=env_id,
-        config=_saved_config(pathlib.Path(args.resume), info["config"]),
+        config=_saved_config(run, info["config"]),
         num_envs=info["num_envs"],
         seed=info["seed"],
         stop_reward=info["stop_reward"],
@@ -100,44 +116,42 @@ def _resumed_settings(args: argparse.Namespace) -> RunSettings:
     )
 
 
-def _new_settings(args: argparse.Namespace) -> RunSettings:
+def _new_settings(options: TrainOptions) -> RunSettings:
     """The settings of a new run: the command line over the algorithm's :data:`DEFAULTS`."""
-    from jaxlearner.algorithms.config import parse_overrides
-    from jaxlearner.core.registry import algorithm_recipe
-
-    if args.algorithm is None:
+    if options.algorithm is None:
         raise UsageError("give an algorithm (" + ", ".join(algorithm_names()) + ") or --resume")
-    name = args.algorithm.lower()
+    name = options.algorithm.lower()
     if name not in algorithm_names():
-        raise UsageError(f"unknown algorithm {args.algorithm!r}; choose one of {algorithm_names()}")
+        known = list(algorithm_names())
+        raise UsageError(f"unknown algorithm {options.algorithm!r}; choose one of {known}")
     recipe = algorithm_recipe(name)
     defaults = DEFAULTS.get(name)
-    dataset_env = None if args.dataset is None else load_dataset(args.dataset).env
-    env_id = args.env or dataset_env or (defaults.env if defaults else None)
+    dataset_env = None if options.dataset is None else load_dataset(options.dataset).env
+    env_id = options.env or dataset_env or (defaults.env if defaults else None)
     if env_id is None:
         raise UsageError(f"{name} has no default environment; pass --env")
     try:
-        overrides = parse_overrides(recipe.config_type, args.config)
+        overrides = parse_overrides(recipe.config_type, options.config)
     except ValueError as error:
         raise UsageError(str(error)) from None
     _check_sequences(recipe.config_type, overrides)
     same_env = defaults is not None and env_id == defaults.env
-    stop_reward = args.stop_reward
+    stop_reward = options.stop_reward
     if stop_reward is None:
         stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
-    eval_every = args.eval_every or (defaults.eval_every if defaults else 10_000)
+    eval_every = options.eval_every or (defaults.eval_every if defaults else 10_000)
     return RunSettings(
         algorithm=name,
         env=env_id,
         config=overrides,
-        num_envs=args.num_envs or (defaults.num_envs if defaults else 8),
-        seed=0 if args.seed is None else args.seed,
+        num_envs=options.num_envs or (defaults.num_envs if defaults else 8),
+        seed=0 if options.seed is None else options.seed,
         stop_reward=stop_reward,
-        max_steps=args.max_steps or (defaults.max_steps if defaults else 1_000_000),
+        max_steps=options.max_steps or (defaults.max_steps if defaults else 1_000_000),
         eval_every=eval_every,
-        checkpoint_every_steps=args.checkpoint_every_steps or eval_every,
-        devices=args.devices,
-        dataset=args.dataset,
+        checkpoint_every_steps=options.checkpoint_every_steps or eval_every,
+        devices=None if options.devices is None else str(options.devices),
+        dataset=options.dataset,
     )
 
 
@@ -149,11 +163,9 @@ def _saved_config(run: pathlib.Path, recorded: dict[str, Any]) -> dict[str, Any]
     resumed run takes its config from the learner recipe saved with the
     checkpoint, and from ``run.json`` only where there is none.
     """
-    import jaxlearner as jl
-
     if not (run / CHECKPOINTS).is_dir():
         return {key: _tuples(value) for key, value in recorded.items()}
-    with jl.CheckpointManager(run / CHECKPOINTS, read_only=True) as checkpoint:
+    with CheckpointManager(run / CHECKPOINTS, read_only=True) as checkpoint:
         step = checkpoint.latest_step()
         recipe = checkpoint.metadata(step).get("recipe") if step is not None else None
     config = recipe["config"] if recipe else recorded
@@ -162,8 +174,6 @@ def _saved_config(run: pathlib.Path, recorded: dict[str, Any]) -> dict[str, Any]
 
 def _reward_threshold(env_id: str) -> float | None:
     """gymnasium's ``reward_threshold`` for the environment (``None`` where it has none)."""
-    import gymnasium as gym
-
     try:
         threshold = gym.spec(env_id).reward_threshold
     except gym.error.Error:
@@ -172,11 +182,11 @@ def _reward_threshold(env_id: str) -> float | None:
 
 
 def _tuples(value: Any) -> Any:
-    """JSON lists back into the tuples the configs hold."""
+    """JSON lists back into the tuples the configs hold (``Any``: a JSON value in, and out)."""
     return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
 
 
-def _check_sequences(config_type: Any, overrides: dict[str, Any]) -> None:
+def _check_sequences(config_type: type, overrides: dict[str, Any]) -> None:
     """``hidden_sizes=64`` is a mistake for ``hidden_sizes=[64]``: say so before building."""
     for field in dataclasses.fields(config_type):
         value = overrides.get(field.name)
@@ -192,12 +202,14 @@ def _check_sequences(config_type: Any, overrides: dict[str, Any]) -> None:
             )
 
 
-def build(settings: RunSettings) -> Any:
-    """The algorithm, placed on its devices, with every option checked; touches no disk."""
-    import gymnasium as gym
+def build(settings: RunSettings) -> AnyAlgorithm:
+    """The algorithm, placed on its devices, with every option checked; touches no disk.
 
-    from jaxlearner.core.registry import algorithm_recipe
-
+    Raises:
+      UsageError: for an unknown environment, a config the algorithm rejects, too
+        many ``--devices``, a ``--dataset`` that does not fit, or a ``--num-envs``
+        the batch does not split over.
+    """
     recipe = algorithm_recipe(settings.algorithm)
     defaults = DEFAULTS.get(settings.algorithm)
     same_env = defaults is not None and settings.env == defaults.env
@@ -228,20 +240,16 @@ def build(settings: RunSettings) -> Any:
     return algorithm
 
 
-def is_offline(algorithm: Any) -> bool:
+def is_offline(algorithm: AnyAlgorithm) -> TypeGuard[OfflineAlgorithm]:
     """Whether the algorithm trains on a dataset (BC, MARWIL) rather than on rollouts."""
-    from jaxlearner.algorithms import OfflineAlgorithm
-
     return isinstance(algorithm, OfflineAlgorithm)
 
 
-_DATASETS: dict[str, Any] = {}
+_DATASETS: dict[str, Dataset] = {}
 
 
-def load_dataset(text: str) -> Any:
+def load_dataset(text: str) -> Dataset:
     """The dataset ``--dataset`` names (a folder, or ``minari:ID``), loaded once."""
-    from jaxlearner.training.record import read_dataset
-
     if text not in _DATASETS:
         try:
             _DATASETS[text] = read_dataset(text)
@@ -250,10 +258,8 @@ def load_dataset(text: str) -> Any:
     return _DATASETS[text]
 
 
-def _check_dataset(algorithm: Any, settings: RunSettings) -> None:
+def _check_dataset(algorithm: AnyAlgorithm, settings: RunSettings) -> None:
     """An offline algorithm has a dataset that fits it and the environment; others have none."""
-    from jaxlearner.training.record import check_offline_dataset
-
     dataset = None if settings.dataset is None else load_dataset(settings.dataset)
     try:
         check_offline_dataset(algorithm, dataset, settings.env)
@@ -263,11 +269,9 @@ def _check_dataset(algorithm: Any, settings: RunSettings) -> None:
         raise UsageError(f"--dataset {settings.dataset}: {error}") from None
 
 
-def check_tensorboard(args: argparse.Namespace) -> None:
+def check_tensorboard(tensorboard: bool) -> None:
     """``--tensorboard`` without tensorboardX is one line, before a run folder is made."""
-    if args.tensorboard:
-        from jaxlearner.training.loggers import require_tensorboard
-
+    if tensorboard:
         try:
             require_tensorboard()
         except ImportError:
@@ -276,29 +280,9 @@ def check_tensorboard(args: argparse.Namespace) -> None:
             ) from None
 
 
-def _devices(text: str | None) -> Any:
-    if text is None:
-        return None
-    if text == "all":
-        return "all"
+def _devices(text: str | None) -> Devices | None:
+    """``run.json``'s ``devices`` (as typed) as a count or ``"all"``."""
     try:
-        count = int(text)
-    except ValueError:
-        raise UsageError(f"--devices takes 'all' or a number; got {text!r}") from None
-    if count < 1:
-        raise UsageError(f"--devices takes 'all' or a positive number; got {text!r}")
-    return count
-
-
-def default_run_name(algorithm: str, env_id: str) -> str:
-    """``runs/ALGORITHM-ENV-TIME``, the run folder when ``--out`` is not given."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"runs/{algorithm}-{env_id}-{stamp}"
-
-
-def read_run(path: str) -> tuple[pathlib.Path, dict[str, Any]]:
-    """A run folder of ``jaxlearner train`` and its ``run.json``; a usage error if it is none."""
-    run = pathlib.Path(path)
-    if not (run / RUN_FILE).is_file():
-        raise UsageError(f"{run} is not a run folder of 'jaxlearner train' (no {RUN_FILE})")
-    return run, json.loads((run / RUN_FILE).read_text())
+        return parse_devices(text)
+    except ValueError as error:
+        raise UsageError(str(error)) from None

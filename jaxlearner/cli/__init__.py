@@ -1,0 +1,57 @@
+"""The ``jaxlearner`` command: train, evaluate and plot built-in algorithms.
+
+* ``jaxlearner train ppo`` trains PPO on its default environment (CartPole-v1)
+  with RL Zoo's tuned settings for it (:data:`DEFAULTS`; the library's own
+  defaults stay RLlib's), which reach the reward bound in seconds on a laptop CPU,
+  logs to the console and ``runs/NAME/metrics.jsonl``, checkpoints to
+  ``runs/NAME/checkpoints`` periodically and at the end, and prints where
+  everything went.
+* ``jaxlearner eval runs/NAME`` restores the latest (or best) checkpoint and
+  reports evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one
+  episode, ``--render human`` plays one in a window.
+* ``jaxlearner plot runs/NAME [more runs]`` writes a learning-curve PNG.
+* ``jaxlearner record runs/NAME --episodes 20 --out data/NAME`` records episodes of a
+  run's policy as a dataset, and ``jaxlearner train bc --dataset data/NAME`` (or
+  ``marwil``) trains an offline algorithm on it (``--dataset minari:ID`` reads a
+  locally stored Minari dataset), evaluating in the dataset's environment.
+
+Bad arguments print one line and exit with status 2, before a run folder is
+made; bare ``jaxlearner`` prints the usage and exits with status 2.
+
+Ctrl-C (SIGINT) or SIGTERM during ``train`` finishes the iteration in flight,
+saves a checkpoint, prints how to continue (``jaxlearner train --resume RUN``)
+and exits with status 130 or 143. ``train`` and ``eval`` keep JAX's compiled
+programs in a persistent cache (``~/.cache/jaxlearner/jax``; ``--compilation-cache
+DIR``, or off with ``--no-compilation-cache`` or ``JAXLEARNER_NO_COMPILATION_CACHE=1``).
+"""
+
+from jaxlearner.cli.defaults import DEFAULTS, Defaults
+from jaxlearner.cli.main import main
+from jaxlearner.cli.options import (
+    CacheOptions,
+    EvalOptions,
+    Options,
+    PlotOptions,
+    RecordOptions,
+    TrainOptions,
+)
+from jaxlearner.cli.parser import NO_CACHE_VARIABLE, parse
+from jaxlearner.cli.run_folder import CHECKPOINTS, METRICS_FILE, RUN_FILE, UsageError
+
+__all__ = [
+    "CHECKPOINTS",
+    "DEFAULTS",
+    "METRICS_FILE",
+    "NO_CACHE_VARIABLE",
+    "RUN_FILE",
+    "CacheOptions",
+    "Defaults",
+    "EvalOptions",
+    "Options",
+    "PlotOptions",
+    "RecordOptions",
+    "TrainOptions",
+    "UsageError",
+    "main",
+    "parse",
+]

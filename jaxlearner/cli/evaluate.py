@@ -1,0 +1,189 @@
+"""The commands that act with a run's policy: ``eval`` and ``record``.
+
+* ``jaxlearner eval RUN`` restores the latest (or best) checkpoint and reports
+  evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one episode,
+  ``--render human`` plays one in a window.
+* ``jaxlearner record RUN --episodes N --out DIR`` records episodes of the run's
+  policy as a dataset for the offline algorithms.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import gymnasium as gym
+import jax
+
+from jaxlearner.algorithms import algorithm_for
+from jaxlearner.algorithms.algorithm import AnyAlgorithm
+from jaxlearner.checkpoint.manager import CheckpointManager, restore
+from jaxlearner.cli.options import EvalOptions, RecordOptions
+from jaxlearner.cli.run_folder import CHECKPOINTS, UsageError, check_folder_path, read_run
+from jaxlearner.core.state import LearnerState
+from jaxlearner.training.env_runner import EnvRunner
+from jaxlearner.training.env_runner import evaluate as evaluate_policy
+from jaxlearner.training.record import record_run
+from jaxlearner.training.video import (
+    check_video_path,
+    fps_of,
+    record_episode,
+    require_mp4_writer,
+    write_video,
+)
+
+
+def evaluate(options: EvalOptions) -> int:
+    """Runs ``jaxlearner eval``; returns the exit status.
+
+    Raises:
+      UsageError: for a folder that is no run, a checkpoint it does not hold, a bad
+        ``--video`` or a missing renderer, before anything is evaluated.
+    """
+    run, info = read_run(options.run)
+    video = _video_path(options)
+    if video is not None or options.render is not None:
+        _check_rendering(info["env"])
+    step = _checkpoint_step(run, options)
+    learner, state = restore(run / CHECKPOINTS, step)
+    algorithm = algorithm_for(learner)
+    runner = EnvRunner(info["env"], num_envs=options.episodes, seed=options.seed)
+    try:
+        results = evaluate_policy(
+            runner,
+            algorithm.exploit,
+            state.modules[algorithm.module_id],
+            jax.random.key(options.seed),
+            seed=options.seed,
+        )
+    finally:
+        runner.close()
+    print(
+        f"{info['algorithm']} on {info['env']}, checkpoint step {step}: "
+        f"return {results['return_mean']:.1f} (min {results['return_min']:.1f}, max "
+        f"{results['return_max']:.1f}) over {int(results['episodes'])} episodes, mean length "
+        f"{results['length_mean']:.1f}"
+    )
+    if options.render is not None or video is not None:
+        _play_episode(info["env"], algorithm, state, video, options)
+    return 0
+
+
+def _checkpoint_step(run: pathlib.Path, options: EvalOptions | RecordOptions) -> int:
+    """The step ``--best`` or ``--step`` names, else the latest; checked to exist."""
+    best_metric = "eval/return_mean" if options.best else None
+    with CheckpointManager(
+        run / CHECKPOINTS, read_only=True, best_metric=best_metric
+    ) as checkpoint:
+        if checkpoint.latest_step() is None:
+            raise UsageError(f"{run / CHECKPOINTS} holds no checkpoint")
+        step = checkpoint.best_step() if options.best else options.step
+        if step is not None and step not in checkpoint.all_steps():
+            raise UsageError(f"no checkpoint step {step}; steps: {list(checkpoint.all_steps())}")
+        return checkpoint.latest_step() if step is None else step
+
+
+def record(options: RecordOptions) -> int:
+    """Records ``--episodes`` episodes of a run's policy into the dataset folder ``--out``.
+
+    Raises:
+      UsageError: for a folder that is no run, a checkpoint it does not hold, or an
+        ``--out`` that is a file or holds a dataset already.
+    """
+    run, info = read_run(options.run)
+    check_folder_path("--out", pathlib.Path(options.out))
+    step = _checkpoint_step(run, options)
+    try:
+        dataset = record_run(
+            run / CHECKPOINTS,
+            info["env"],
+            step,
+            options.episodes,
+            options.out,
+            explore=options.explore,
+            num_envs=options.num_envs,
+            seed=options.seed,
+            source={"run": str(run), "algorithm": info["algorithm"]},
+        )
+    except FileExistsError as error:
+        raise UsageError(f"--out {error}") from None
+    returns = dataset.episode_returns()
+    print(
+        f"Recorded {dataset.num_episodes} episodes ({dataset.num_steps} steps) of "
+        f"{info['algorithm']} on {info['env']}, checkpoint step {step}, "
+        f"{dataset.source['policy']} policy: return {returns.mean():.1f} (min "
+        f"{returns.min():.1f}, max {returns.max():.1f})\n"
+        f"  dataset: {options.out}\n"
+        f"  train:   jaxlearner train bc --dataset {options.out}"
+    )
+    return 0
+
+
+def _video_path(options: EvalOptions) -> pathlib.Path | None:
+    """The ``--video`` file, checked before anything is restored."""
+    if options.video is None:
+        if options.render == "rgb_array":
+            raise UsageError("--render rgb_array records frames: give --video PATH (.gif/.mp4)")
+        return None
+    if options.render == "human":
+        raise UsageError("--video records rgb_array frames; drop --render human")
+    try:
+        path = check_video_path(options.video)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if path.suffix.lower() == ".mp4":
+        try:
+            require_mp4_writer()
+        except ImportError:
+            raise UsageError(
+                f"--video {options.video}: an .mp4 needs imageio with ffmpeg: "
+                "pip install 'jaxlearner[video]' (or write a .gif)"
+            ) from None
+    return path
+
+
+def _check_rendering(env: str) -> None:
+    """Renders one frame before anything is evaluated, so a missing renderer is one line first.
+
+    Only a missing dependency (pygame for gymnasium's classic control) is reported here;
+    anything else is left to the episode itself, which says what went wrong.
+    """
+    try:
+        probe = gym.make(env, render_mode="rgb_array")
+        try:
+            probe.reset(seed=0)
+            probe.render()
+        finally:
+            probe.close()
+    except (gym.error.DependencyNotInstalled, ImportError) as error:
+        raise UsageError(f"{error} (pip install 'jaxlearner[video]')") from None
+    except Exception:
+        return
+
+
+def _play_episode(
+    env: str,
+    algorithm: AnyAlgorithm,
+    state: LearnerState,
+    video: pathlib.Path | None,
+    options: EvalOptions,
+) -> None:
+    """One episode with the deterministic policy, in a window or into a video file."""
+    mode = "human" if video is None else "rgb_array"
+    params = state.modules[algorithm.module_id]
+    key = jax.random.key(options.seed)
+    try:
+        runner = EnvRunner(env, env_config={"render_mode": mode}, seed=options.seed)
+        try:
+            frames, episode_return = record_episode(
+                runner, algorithm.exploit, params, key, seed=options.seed
+            )
+            if video is not None:
+                write_video(video, frames, fps=fps_of(runner))
+        finally:
+            runner.close()
+    except (gym.error.DependencyNotInstalled, ImportError) as error:
+        raise UsageError(f"{error} (pip install 'jaxlearner[video]')") from None
+    if video is None:
+        print(f"played one episode in a window: return {episode_return:.1f}")
+    else:
+        print(f"video of one episode (return {episode_return:.1f}, {len(frames)} frames): {video}")

@@ -1,0 +1,347 @@
+"""The ``jaxlearner`` command line parsed, once, into one command's typed options.
+
+:func:`parse` is the only place that sees ``argparse``: it returns a
+:class:`~jaxlearner.cli.options.TrainOptions`, :class:`~jaxlearner.cli.options.EvalOptions`,
+:class:`~jaxlearner.cli.options.RecordOptions` or :class:`~jaxlearner.cli.options.PlotOptions`,
+with every option checked. A bad option is one line on stderr and exit status 2
+(``SystemExit``), before anything is built or written.
+
+Example:
+  >>> from jaxlearner.cli.parser import parse
+  >>> parse(["eval", "runs/ppo", "--episodes", "3"]).episodes
+  3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import pathlib
+from collections.abc import Sequence
+from typing import NoReturn
+
+from jaxlearner.cli.defaults import DEFAULTS
+from jaxlearner.cli.options import (
+    MAX_SEED,
+    CacheOptions,
+    EvalOptions,
+    Options,
+    PlotOptions,
+    RecordOptions,
+    TrainOptions,
+    parse_devices,
+)
+from jaxlearner.core.registry import algorithm_names, algorithm_recipe
+
+NO_CACHE_VARIABLE = "JAXLEARNER_NO_COMPILATION_CACHE"
+"""Set to 1 (or anything but 0, false, no) to compile afresh, as ``--no-compilation-cache``."""
+
+_Commands = argparse._SubParsersAction  # what add_subparsers returns
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (and exit with status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The ``jaxlearner`` parser: the commands train, eval, record and plot."""
+    parser = _Parser(prog="jaxlearner", description="Train, evaluate and plot RL agents.")
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for add_command in (_add_train, _add_eval, _add_record):
+        _add_cache_options(add_command(commands))
+    _add_plot(commands)
+    return parser
+
+
+def _add_train(commands: _Commands) -> argparse.ArgumentParser:
+    """``jaxlearner train``: an algorithm or ``--resume``, the run's options."""
+    command = commands.add_parser(
+        "train",
+        help="train a built-in algorithm",
+        epilog=_algorithms_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    command.add_argument(
+        "algorithm",
+        nargs="?",
+        help="the algorithm, any case: " + ", ".join(algorithm_names()),
+    )
+    command.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue RUN from its latest checkpoint with its settings (after Ctrl-C)",
+    )
+    command.add_argument("--env", help="a gymnasium environment id (default: the algorithm's)")
+    command.add_argument(
+        "--dataset",
+        metavar="DIR",
+        help="the dataset an offline algorithm (bc, marwil) trains on: a folder of "
+        "'jaxlearner record', or minari:ID for a locally stored Minari dataset "
+        "(--env defaults to the dataset's)",
+    )
+    command.add_argument(
+        "--config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="algorithm config overrides, e.g. lr=1e-3 hidden_sizes=[64,64]",
+    )
+    command.add_argument(
+        "--stop-reward", type=_finite_float, help="stop at this mean evaluation return"
+    )
+    command.add_argument("--max-steps", type=_positive_int, help="stop after this many env steps")
+    command.add_argument("--out", help="the run folder (default: runs/ALGORITHM-ENV-TIME)")
+    command.add_argument("--devices", help="'all' or a number of devices to train on")
+    command.add_argument("--num-envs", type=_positive_int, help="sub-environments per step")
+    command.add_argument("--eval-every", type=_positive_int, help="env steps between evaluations")
+    command.add_argument(
+        "--checkpoint-every-steps",
+        type=_positive_int,
+        metavar="N",
+        help="save every N env steps (default: --eval-every); also at each new best "
+        "evaluation, at the end and on Ctrl-C",
+    )
+    command.add_argument("--checkpoint-every", type=_positive_int, help=argparse.SUPPRESS)
+    command.add_argument("--seed", type=_seed, help="seed (default 0)")
+    command.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    command.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also log to RUN/tensorboard (needs jaxlearner[tensorboard])",
+    )
+    return command
+
+
+def _add_eval(commands: _Commands) -> argparse.ArgumentParser:
+    """``jaxlearner eval RUN``: which checkpoint, how many episodes, a window or a video."""
+    command = commands.add_parser("eval", help="evaluate a run's checkpoint")
+    command.add_argument("run", help="the run folder written by 'jaxlearner train'")
+    command.add_argument("--episodes", type=_positive_int, default=10)
+    which = command.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
+    which.add_argument("--step", type=int, help="a specific checkpoint step")
+    command.add_argument("--seed", type=_seed, default=0)
+    command.add_argument(
+        "--render",
+        choices=("rgb_array", "human"),
+        help="also play one episode: 'human' in a window, 'rgb_array' into --video",
+    )
+    command.add_argument(
+        "--video",
+        metavar="PATH",
+        help="write one episode as a .gif or .mp4 (implies --render rgb_array; "
+        "needs jaxlearner[video])",
+    )
+    return command
+
+
+def _add_record(commands: _Commands) -> argparse.ArgumentParser:
+    """``jaxlearner record RUN``: episodes of the run's policy into a dataset folder."""
+    command = commands.add_parser("record", help="record episodes of a run's policy as a dataset")
+    command.add_argument("run", help="the run folder written by 'jaxlearner train'")
+    command.add_argument("--episodes", type=_positive_int, required=True, help="episodes to record")
+    command.add_argument("--out", required=True, help="the dataset folder (never overwritten)")
+    command.add_argument(
+        "--explore", action="store_true", help="act with the sampling policy, not the greedy one"
+    )
+    which = command.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
+    which.add_argument("--step", type=int, help="a specific checkpoint step")
+    command.add_argument("--num-envs", type=_positive_int, default=8, help="envs stepped together")
+    command.add_argument("--seed", type=_seed, default=0)
+    return command
+
+
+def _add_plot(commands: _Commands) -> None:
+    """``jaxlearner plot RUN...``: learning curves into one PNG."""
+    command = commands.add_parser("plot", help="plot learning curves")
+    command.add_argument("runs", nargs="+", help="run folders")
+    command.add_argument("--out", help="the PNG to write (default: FIRST_RUN/learning_curve.png)")
+
+
+def _add_cache_options(command: argparse.ArgumentParser) -> None:
+    """The compilation-cache options of the commands that compile (train, eval, record)."""
+    command.add_argument(
+        "--compilation-cache",
+        metavar="DIR",
+        help=f"JAX's persistent compilation cache (default {default_cache()})",
+    )
+    command.add_argument(
+        "--no-compilation-cache",
+        action="store_true",
+        help=f"compile afresh (also: {NO_CACHE_VARIABLE}=1)",
+    )
+
+
+def _algorithms_help() -> str:
+    """Each algorithm's defaults and config fields, for ``jaxlearner train --help``."""
+    lines = [
+        "algorithms (config fields as 'name: type = default', and the command line's own",
+        "default on the algorithm's environment; on another --env, training stops at",
+        "gymnasium's reward_threshold for it, if it has one, or at --stop-reward).",
+        "The defaults are RLlib's (the library's, jl.algorithms.*Config); on its own",
+        "environment the command line uses tuned settings: RL Zoo's for PPO, settings",
+        "that solve faster than RL Zoo's on a CPU for DQN and SAC (see cli.DEFAULTS):",
+    ]
+    for name in algorithm_names():
+        defaults = DEFAULTS.get(name)
+        if defaults is None:
+            lines.append(f"  {name}: no default environment (pass --env)")
+            tuned: dict[str, object] = {}
+        elif defaults.offline:
+            lines.append(
+                f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at "
+                f"evaluation\n    return {defaults.stop_reward:g} or {defaults.max_steps} dataset "
+                f"rows, evaluates every {defaults.eval_every} rows"
+            )
+            tuned = defaults.config
+        else:
+            lines.append(
+                f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
+                f"or {defaults.max_steps} env steps;\n    {defaults.num_envs} envs, evaluates "
+                f"every {defaults.eval_every} env steps"
+            )
+            tuned = defaults.config
+        for field in dataclasses.fields(algorithm_recipe(name).config_type):
+            default = field.default
+            if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            text = f"    {field.name}: {field.type} = {_value(default)}"
+            if field.name in tuned:
+                text += f"; on {defaults.env}: {_value(tuned[field.name])}"
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def _value(value: object) -> str:
+    """A config value as it is written after --config (JSON, without spaces)."""
+    try:
+        return json.dumps(value, separators=(",", ":"))
+    except TypeError:
+        return repr(value)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**63-1, got {text!r}")
+    return value
+
+
+def default_cache() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "jaxlearner" / "jax"
+
+
+def usage() -> str:
+    """The usage and commands of bare ``jaxlearner`` (its ``--help``)."""
+    return _parser().format_help()
+
+
+def parse(argv: Sequence[str] | None = None) -> Options | None:
+    """The command line as one command's checked options; ``None`` for bare ``jaxlearner``.
+
+    Args:
+      argv: the arguments after ``jaxlearner`` (``None``: ``sys.argv[1:]``).
+
+    Returns:
+      The options of the command named first, or ``None`` when no command is named.
+
+    Raises:
+      SystemExit: with status 2 and one line on stderr for a bad option; with
+        status 0 after ``--help``.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train_options(args)
+        if args.command in ("eval", "record"):
+            return _run_options(args)
+        if args.command == "plot":
+            return PlotOptions(runs=tuple(args.runs), out=args.out)
+    except ValueError as error:
+        parser.exit(2, f"jaxlearner {args.command}: error: {error}\n")
+    return None
+
+
+def _train_options(args: argparse.Namespace) -> TrainOptions:
+    """``train``'s options. ``--checkpoint-every`` is gone; ``--config lr=1e-3 ppo`` names ppo."""
+    if args.checkpoint_every is not None:
+        raise ValueError(
+            "--checkpoint-every (iterations, and only when evaluating) is replaced by "
+            "--checkpoint-every-steps N (env steps)"
+        )
+    config, algorithm = list(args.config), args.algorithm
+    if algorithm is None and config and "=" not in config[-1]:
+        algorithm = config.pop()
+    return TrainOptions(
+        algorithm=algorithm,
+        resume=None if args.resume is None else pathlib.Path(args.resume),
+        env=args.env,
+        dataset=args.dataset,
+        config=tuple(config),
+        stop_reward=args.stop_reward,
+        max_steps=args.max_steps,
+        out=None if args.out is None else pathlib.Path(args.out),
+        devices=parse_devices(args.devices),
+        num_envs=args.num_envs,
+        eval_every=args.eval_every,
+        checkpoint_every_steps=args.checkpoint_every_steps,
+        seed=args.seed,
+        progress=not args.no_progress,
+        tensorboard=args.tensorboard,
+        cache=_cache_options(args),
+    )
+
+
+def _run_options(args: argparse.Namespace) -> EvalOptions | RecordOptions:
+    """``eval``'s or ``record``'s options: a run folder and the checkpoint to read."""
+    common = {
+        "run": pathlib.Path(args.run),
+        "episodes": args.episodes,
+        "best": args.best,
+        "step": args.step,
+        "seed": args.seed,
+        "cache": _cache_options(args),
+    }
+    if args.command == "eval":
+        return EvalOptions(**common, render=args.render, video=args.video)
+    return RecordOptions(**common, out=args.out, explore=args.explore, num_envs=args.num_envs)
+
+
+def _cache_options(args: argparse.Namespace) -> CacheOptions:
+    folder = args.compilation_cache
+    return CacheOptions(
+        folder=None if folder is None else pathlib.Path(folder),
+        disabled=args.no_compilation_cache,
+    )
