@@ -49,8 +49,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ppo_workload as w
 
 import jaxlearner as jl
-from jaxlearner.algorithms import replay_buffer
-from jaxlearner.algorithms.distribution_spec import make_distribution
+from jaxlearner.algorithms.networks.distribution_spec import make_distribution
+from jaxlearner.algorithms.replay import replay_buffer
 
 MODULE_ID = "default_policy"
 

@@ -59,7 +59,7 @@ UpdateConfig = LearnerConfig
 
 if TYPE_CHECKING:
     from jaxlearner import algorithms, anakin
-    from jaxlearner.algorithms import replay_buffer
+    from jaxlearner.algorithms.replay import replay_buffer
     from jaxlearner.anakin import envs, rollouts, sweeps
     from jaxlearner.checkpoint import (
         CheckpointCorruptedError,
@@ -96,7 +96,7 @@ _LAZY_MODULES = {
     "envs": "jaxlearner.anakin.envs",
     "rollouts": "jaxlearner.anakin.rollouts",
     "sweeps": "jaxlearner.anakin.sweeps",
-    "replay_buffer": "jaxlearner.algorithms.replay_buffer",
+    "replay_buffer": "jaxlearner.algorithms.replay.replay_buffer",
     "loggers": "jaxlearner.training.loggers",
     "plotting": "jaxlearner.training.plotting",
     "video": "jaxlearner.training.video",

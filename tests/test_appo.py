@@ -12,8 +12,8 @@ from helpers import assert_same_stats, interrupted_and_resumed, maybe_jit, tree_
 
 import jaxlearner as jl
 from jaxlearner.algorithms.appo import APPOConfig, appo_loss
-from jaxlearner.algorithms.distribution_spec import DistributionSpec
-from jaxlearner.algorithms.returns import gae
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.cli import main
 from jaxlearner.training.env_runner import EnvRunner
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxlearner as jl
-from jaxlearner.algorithms.spaces import space_to_json
+from jaxlearner.algorithms.networks.spaces import space_to_json
 from jaxlearner.training.datasets import (
     EPISODES_FILE,
     METADATA_FILE,

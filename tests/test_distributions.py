@@ -7,8 +7,8 @@ import pytest
 from helpers import maybe_jit
 from scipy import integrate, special, stats
 
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.distributions import (
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.distributions import (
     Categorical,
     DiagGaussian,
     MultiCategorical,

@@ -17,8 +17,8 @@ from helpers import (
 )
 
 import jaxlearner as jl
-from jaxlearner.algorithms import off_policy, prioritized_replay, replay_buffer
 from jaxlearner.algorithms.dqn import dqn_loss, dqn_td_error
+from jaxlearner.algorithms.replay import off_policy, prioritized_replay, replay_buffer
 from jaxlearner.training.env_runner import EnvRunner
 
 CARTPOLE = gym.make("CartPole-v1")

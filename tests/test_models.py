@@ -9,16 +9,16 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.distributions import (
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.distributions import (
     Categorical,
     DiagGaussian,
     MultiCategorical,
     TanhGaussian,
 )
-from jaxlearner.algorithms.encoders import CNN, MLP, Encoder, encoder_for
-from jaxlearner.algorithms.heads import ValueHead, distribution_for, with_hidden_layers
-from jaxlearner.algorithms.models import actor_critic, q_network, sac_networks
+from jaxlearner.algorithms.networks.encoders import CNN, MLP, Encoder, encoder_for
+from jaxlearner.algorithms.networks.heads import ValueHead, distribution_for, with_hidden_layers
+from jaxlearner.algorithms.networks.models import actor_critic, q_network, sac_networks
 from jaxlearner.core.optimizer import label_params
 
 spaces = gymnasium.spaces

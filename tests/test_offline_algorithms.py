@@ -13,8 +13,8 @@ from helpers import assert_trees_close, maybe_jit
 
 import jaxlearner as jl
 from jaxlearner.algorithms.bc import bc_loss
-from jaxlearner.algorithms.heads import distribution_for
 from jaxlearner.algorithms.marwil import AVERAGE, marwil_loss
+from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.offline import epoch_indices, make_offline_updates, returns_to_go
 
 CARTPOLE = gym.make("CartPole-v1")

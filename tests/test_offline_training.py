@@ -10,7 +10,7 @@ import pytest
 from helpers import assert_same_stats, assert_trees_close, interrupted_and_resumed, tree_equal
 
 import jaxlearner as jl
-from jaxlearner.algorithms.spaces import space_to_json
+from jaxlearner.algorithms.networks.spaces import space_to_json
 from jaxlearner.cli import main
 from jaxlearner.training.datasets import Dataset, record_episodes
 

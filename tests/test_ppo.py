@@ -8,7 +8,7 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
-from jaxlearner.algorithms.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.ppo import ppo_loss
 from jaxlearner.training.env_runner import EnvRunner
 

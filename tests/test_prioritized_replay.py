@@ -9,7 +9,7 @@ import pytest
 from helpers import maybe_jit
 from scipy import stats
 
-from jaxlearner.algorithms.prioritized_replay import (
+from jaxlearner.algorithms.replay.prioritized_replay import (
     _find_prefix,
     add,
     can_sample,

@@ -21,8 +21,12 @@ from helpers import (
 import jaxlearner as jl
 from jaxlearner import anakin
 from jaxlearner.algorithms.algorithm import RecurrentAct
-from jaxlearner.algorithms.recurrent import initial_carry, recurrent_actor_critic, unroll
-from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts, num_sequences
+from jaxlearner.algorithms.networks.recurrent import initial_carry, recurrent_actor_critic, unroll
+from jaxlearner.algorithms.trajectories.sequences import (
+    chunk_sequences,
+    chunk_starts,
+    num_sequences,
+)
 from jaxlearner.anakin import rollouts
 from jaxlearner.training.env_runner import EnvRunner
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import maybe_jit
 
-from jaxlearner.algorithms.replay_buffer import add, can_sample, replay_buffer_init, sample
+from jaxlearner.algorithms.replay.replay_buffer import add, can_sample, replay_buffer_init, sample
 
 
 def example():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import maybe_jit
 
-from jaxlearner.algorithms.returns import gae, n_step_returns, n_step_rewards, vtrace
+from jaxlearner.algorithms.trajectories.returns import gae, n_step_returns, n_step_rewards, vtrace
 
 # Two [T=4] columns, gamma = lambda = 0.5 (so gamma * lambda = 0.25).
 # Column 0: one episode, no ends; v_t[t] = v_tm1[t + 1] and v_t[3] = 3 bootstraps the rollout end.

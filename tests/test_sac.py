@@ -13,8 +13,8 @@ import pytest
 from helpers import maybe_jit, tree_equal
 
 import jaxlearner as jl
-from jaxlearner.algorithms import prioritized_replay, replay_buffer
-from jaxlearner.algorithms.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.sac import sac_loss, sac_td_errors, target_entropy_for
 from jaxlearner.training.env_runner import EnvRunner
 

@@ -8,7 +8,7 @@ and how to turn experience into training batches, and that differs by kind:
   (``postprocess``) and trains on it once;
 * an :class:`OffPolicyAlgorithm` (DQN, SAC) turns each rollout into replay
   rows (``transitions``), stores them in a replay buffer and trains on
-  batches sampled from it (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`);
+  batches sampled from it (:func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`);
 * an :class:`OfflineAlgorithm` (BC, MARWIL) collects nothing: it turns a
   dataset of recorded episodes into rows once (``rows``) and trains on
   batches drawn from them (:func:`~jaxlearner.algorithms.offline.make_offline_updates`),
@@ -80,7 +80,7 @@ computes it (``key`` for losses that sample, e.g. SAC's next actions)."""
 class PrioritizedReplay:
     """Proportional prioritized replay (Schaul et al. 2016) for an off-policy algorithm.
 
-    The replay loop (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`)
+    The replay loop (:func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`)
     samples rows with probability ``p_i^alpha / sum_k p_k^alpha``, adds their
     importance weights to the batch as ``batch["weights"]`` (the loss
     multiplies each row's TD loss by it) and, before the update changes the

@@ -39,7 +39,7 @@ field                             default     meaning (RLlib's name where it dif
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
 of one environment each (rows ``[L, ...]``); minibatches take whole sequences, so
-the loss can run :func:`~jaxlearner.algorithms.returns.vtrace` backwards in time
+the loss can run :func:`~jaxlearner.algorithms.trajectories.returns.vtrace` backwards in time
 over each. Inside the loss, from the current params: the values of every
 observation and next observation; from the *old* policy ``pi_old`` (the module's
 ``extra["old_params"]``, the params at the start of this update with ``tau = 1``,
@@ -84,12 +84,12 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.heads import distribution_for
-from jaxlearner.algorithms.models import actor_critic
-from jaxlearner.algorithms.ppo_objective import clipped_surrogate, explained_variance
-from jaxlearner.algorithms.returns import vtrace
-from jaxlearner.algorithms.spaces import bounds, zero_observation
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.heads import distribution_for
+from jaxlearner.algorithms.networks.models import actor_critic
+from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
+from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
+from jaxlearner.algorithms.trajectories.returns import vtrace
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner

@@ -41,11 +41,16 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.encoders import encoder_for
-from jaxlearner.algorithms.heads import PolicyHead, Tower, distribution_for, with_hidden_layers
 from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
-from jaxlearner.algorithms.spaces import bounds
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.encoders import encoder_for
+from jaxlearner.algorithms.networks.heads import (
+    PolicyHead,
+    Tower,
+    distribution_for,
+    with_hidden_layers,
+)
+from jaxlearner.algorithms.networks.spaces import bounds
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
@@ -121,7 +126,7 @@ def policy_model(
 ) -> Tower:
     """``obs -> dist_inputs``: an encoder and a policy head (params ``encoder``, ``head``).
 
-    The same layers as the ``actor`` of :func:`~jaxlearner.algorithms.models.actor_critic`
+    The same layers as the ``actor`` of :func:`~jaxlearner.algorithms.networks.models.actor_critic`
     (MARWIL's), so a MARWIL actor's params are a BC model's params.
     """
     head = with_hidden_layers(

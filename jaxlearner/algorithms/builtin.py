@@ -27,7 +27,7 @@ import gymnasium
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
 from jaxlearner.algorithms.config import config_from_json, config_to_json, make_config
-from jaxlearner.algorithms.spaces import space_from_json, space_to_json
+from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
 from jaxlearner.core.learner import Learner
 
 MakeLearner: TypeAlias = Callable[[gymnasium.Space, gymnasium.Space, Any], Learner]
@@ -49,7 +49,8 @@ def recipe_json(
     """The JSON recipe of a built-in learner: its algorithm, typed config and spaces.
 
     Raises:
-      TypeError: for a space that has no JSON form (see :mod:`jaxlearner.algorithms.spaces`).
+      TypeError: for a space that has no JSON form (see
+        :mod:`jaxlearner.algorithms.networks.spaces`).
 
     Example:
       >>> recipe_json("ppo", env.observation_space, env.action_space, PPOConfig())

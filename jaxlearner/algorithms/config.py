@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from jaxlearner.algorithms.encoders import ACTIVATIONS
+from jaxlearner.algorithms.networks.encoders import ACTIVATIONS
 from jaxlearner.core.schedules import as_schedule
 
 ConfigT = TypeVar("ConfigT")

@@ -51,7 +51,7 @@ The loss is ``mean(mask * L(Q(s, a) - y))`` with ``L`` the Huber loss (delta
 ``y = rewards + discounts * Q_target(s', argmax_a' Q(s', a'))`` (double-Q;
 without it, ``max_a' Q_target(s', a')``); ``rewards`` and ``discounts`` hold
 the n-step window of each replay row (see
-:mod:`jaxlearner.algorithms.off_policy`).
+:mod:`jaxlearner.algorithms.replay.off_policy`).
 
 Design decisions:
 
@@ -80,7 +80,7 @@ Design decisions:
   proportion to ``(|TD error| + eps)^alpha``, each row's loss is multiplied by
   its importance weight ``batch["weights"]`` and the sampled rows' priorities
   become the TD errors the update trains on (see
-  :func:`~jaxlearner.algorithms.off_policy.make_replay_updates`). ``beta``
+  :func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`). ``beta``
   stays constant, as in RLlib's ``PrioritizedEpisodeReplayBuffer``; the paper
   anneals it to 1.
 * **Rollouts** are ``rollout_fragment_length`` steps per sub-environment per
@@ -113,8 +113,8 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.algorithms.models import q_network
-from jaxlearner.algorithms.off_policy import (
+from jaxlearner.algorithms.networks.models import q_network
+from jaxlearner.algorithms.replay.off_policy import (
     TD_ERROR_LOSSES,
     check_off_policy_config,
     masked_mean,
@@ -224,7 +224,7 @@ def dqn_loss(double_q: bool = True, td_error_loss_fn: str = "huber"):
 
     The batch holds ``[B]`` replay rows ``obs``, ``actions`` (int indices),
     ``rewards``, ``next_obs``, ``discounts`` and ``mask`` (see
-    :mod:`jaxlearner.algorithms.off_policy`), and with prioritized replay the
+    :mod:`jaxlearner.algorithms.replay.off_policy`), and with prioritized replay the
     importance weights ``weights``; the target network's params are
     ``ctx.extra["target_params"]`` and ``ctx.apply(params, obs)`` returns
     Q-values ``[B, num_actions]``. The loss is

@@ -65,11 +65,11 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.heads import distribution_for
-from jaxlearner.algorithms.models import actor_critic
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.heads import distribution_for
+from jaxlearner.algorithms.networks.models import actor_critic
+from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.offline import returns_to_go
-from jaxlearner.algorithms.spaces import bounds, zero_observation
 from jaxlearner.core.additional_updates import AdditionalUpdate
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner

@@ -40,8 +40,8 @@ import gymnasium
 
 from jaxlearner.algorithms.algorithm import OnPolicyAlgorithm
 from jaxlearner.algorithms.config import config_from_json, config_to_json, make_config
+from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
 from jaxlearner.algorithms.ppo import PPOConfig, make_algorithm, ppo_module
-from jaxlearner.algorithms.spaces import space_from_json, space_to_json
 from jaxlearner.core.learner import Learner
 
 ALGORITHM = "multi_agent_ppo"

@@ -35,12 +35,12 @@ field                       default         meaning (RLlib's name where it diffe
 ==========================  ==============  =====================================================
 
 With ``use_lstm`` the model is recurrent
-(:func:`~jaxlearner.algorithms.recurrent.recurrent_actor_critic`): the act
+(:func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`): the act
 functions are :class:`~jaxlearner.algorithms.algorithm.RecurrentAct` values that
 carry the state from step to step (reset where an episode starts), and
 ``postprocess`` cuts each environment's rollout into zero-padded sequences of
 ``max_seq_len`` steps, each with the state it started from
-(:mod:`~jaxlearner.algorithms.sequences`), which :func:`recurrent_ppo_loss`
+(:mod:`~jaxlearner.algorithms.trajectories.sequences`), which :func:`recurrent_ppo_loss`
 unrolls. As in RLlib, ``minibatch_size`` counts env steps: a minibatch is
 ``minibatch_size // max_seq_len`` sequences (a multiple of ``max_seq_len`` is
 required). There is no burn-in: each sequence starts from the state stored
@@ -81,14 +81,14 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.heads import distribution_for
-from jaxlearner.algorithms.models import actor_critic
-from jaxlearner.algorithms.ppo_objective import ppo_loss, recurrent_ppo_loss
-from jaxlearner.algorithms.recurrent import CELLS, initial_carry, recurrent_actor_critic
-from jaxlearner.algorithms.returns import gae
-from jaxlearner.algorithms.sequences import chunk_sequences, chunk_starts
-from jaxlearner.algorithms.spaces import bounds, zero_observation
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.heads import distribution_for
+from jaxlearner.algorithms.networks.models import actor_critic
+from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
+from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
+from jaxlearner.algorithms.objectives.ppo_objective import ppo_loss, recurrent_ppo_loss
+from jaxlearner.algorithms.trajectories.returns import gae
+from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec

@@ -39,10 +39,10 @@ field                                         default      meaning (RLlib's name
 The learning rates are schedulable. RLlib's actor learning rate is ten times
 smaller than the critic's (3e-5); the SAC papers use 3e-4 for all three.
 
-One module, ``"default_policy"`` (:func:`~jaxlearner.algorithms.models.sac_networks`),
+One module, ``"default_policy"`` (:func:`~jaxlearner.algorithms.networks.models.sac_networks`),
 with three named optimizers ``actor``, ``critic`` and ``temperature``, each
 following the gradient of its own term of the per-optimizer loss
-(:func:`~jaxlearner.algorithms.sac_loss.sac_loss`, whose module writes the
+(:func:`~jaxlearner.algorithms.objectives.sac_loss.sac_loss`, whose module writes the
 three terms out).
 
 Design decisions:
@@ -59,7 +59,7 @@ Design decisions:
   fresh sample of ``a'`` for ``Box`` actions (the loss's own sample is not
   returned; metrics are scalars).
 * **Training intensity**, rollouts and replay rows: as for DQN (see
-  :mod:`jaxlearner.algorithms.dqn` and :mod:`jaxlearner.algorithms.off_policy`).
+  :mod:`jaxlearner.algorithms.dqn` and :mod:`jaxlearner.algorithms.replay.off_policy`).
 """
 
 from __future__ import annotations
@@ -77,15 +77,15 @@ import optax
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm, PrioritizedReplay
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
 from jaxlearner.algorithms.config import check_positive, check_schedule, freeze_schedule
-from jaxlearner.algorithms.distribution_spec import make_distribution
-from jaxlearner.algorithms.models import SACNetworks, sac_networks
-from jaxlearner.algorithms.off_policy import (
+from jaxlearner.algorithms.networks.distribution_spec import make_distribution
+from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
+from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
+from jaxlearner.algorithms.replay.off_policy import (
     check_off_policy_config,
     replay_layout,
     replay_transitions,
     updates_per_step,
 )
-from jaxlearner.algorithms.sac_loss import TARGET, sac_loss, sac_terms
 from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner

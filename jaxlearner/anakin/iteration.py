@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxlearner.algorithms import off_policy
 from jaxlearner.algorithms.algorithm import (
     Algorithm,
     Experience,
@@ -24,6 +23,7 @@ from jaxlearner.algorithms.algorithm import (
     OnPolicyAlgorithm,
     RecurrentAct,
 )
+from jaxlearner.algorithms.replay import off_policy
 from jaxlearner.anakin.envs.environment import Environment, EnvState
 from jaxlearner.anakin.rollouts import (
     Memory,
@@ -195,7 +195,7 @@ def _warm_up(
 
     The :class:`~jaxlearner.Trainer` updates in an iteration once its env
     steps so far reach ``learning_starts``
-    (:func:`~jaxlearner.algorithms.off_policy.updates_due`); the iterations
+    (:func:`~jaxlearner.algorithms.replay.off_policy.updates_due`); the iterations
     before that only collect, and run here.
     """
     module = state.learner.modules[algorithm.module_id]

@@ -20,7 +20,7 @@ and an :class:`~jaxlearner.anakin.envs.Environment`:
    :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (DQN, SAC): the
    rollout's ``algorithm.transitions`` go into a device replay buffer, then
    ``updates_per_step x`` (steps collected) updates on batches sampled from it
-   (:func:`~jaxlearner.algorithms.off_policy.make_replay_updates`, the
+   (:func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`, the
    :class:`~jaxlearner.Trainer`'s loop too). Before the first iteration, the
    iterations in which the Trainer would only collect (fewer than
    ``learning_starts`` env steps so far) run in ``init``;
@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import Algorithm
-from jaxlearner.algorithms.spaces import check_recipe_spaces
+from jaxlearner.algorithms.networks.spaces import check_recipe_spaces
 from jaxlearner.anakin.envs.environment import Environment
 from jaxlearner.anakin.iteration import (
     AnakinState,

@@ -21,7 +21,7 @@ A dataset folder holds two files:
 * ``dataset.json``: ``{"format": "jaxlearner-episodes", "version": 1,
   "observation_space": ..., "action_space": ..., "env": ..., "num_steps": N,
   "num_episodes": E, "source": {...}}``, the spaces as
-  :func:`~jaxlearner.algorithms.spaces.space_to_json` writes them.
+  :func:`~jaxlearner.algorithms.networks.spaces.space_to_json` writes them.
 
 :func:`record_episodes` runs a policy with an
 :class:`~jaxlearner.training.env_runner.EnvRunner` and returns a
@@ -52,7 +52,7 @@ import jax
 import numpy as np
 
 from jaxlearner.algorithms.algorithm import ActFn
-from jaxlearner.algorithms.spaces import space_from_json, space_to_json
+from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
 from jaxlearner.core.state import ModuleState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner
 

@@ -26,7 +26,7 @@ the first step of every episode (after :meth:`EnvRunner.reset`, after a
 ``SAME_STEP`` done, after a ``NEXT_STEP`` reset-only step), where the policy
 zeroes that environment's carry. Both are part of :meth:`EnvRunner.get_state`.
 
-This module and :mod:`jaxlearner.algorithms.spaces` are where gymnasium enters.
+This module and :mod:`jaxlearner.algorithms.networks.spaces` are where gymnasium enters.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ postprocesses the rollout and updates once on it.
 A :class:`ReplayFeed` adds the rollout's transitions to a device replay
 buffer and runs the updates due (none before ``learning_starts`` env steps,
 then ``updates_per_step`` per env step) with the compiled sample-then-update
-loop of :func:`~jaxlearner.algorithms.off_policy.make_replay_updates`, the
+loop of :func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`, the
 same one :mod:`jaxlearner.anakin.train` compiles into its run. A feed keeps what
 must survive a checkpoint (the buffer, the fraction of an update carried
 over) and gives it to :meth:`~jaxlearner.Trainer.save`.
@@ -31,7 +31,7 @@ from jaxlearner.algorithms.algorithm import (
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
 )
-from jaxlearner.algorithms.off_policy import (
+from jaxlearner.algorithms.replay.off_policy import (
     Buffer,
     make_replay_updates,
     replay_add,
@@ -147,7 +147,7 @@ class ReplayFeed:
     """Each rollout's transitions go into a replay buffer; the updates due sample from it.
 
     The buffer is uniform or prioritized as the algorithm says
-    (:func:`~jaxlearner.algorithms.off_policy.replay_init`); a prioritized
+    (:func:`~jaxlearner.algorithms.replay.off_policy.replay_init`); a prioritized
     buffer is saved with its priorities.
 
     The buffer is created from the first rollout's rows and placed like the

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxlearner.algorithms.spaces import space_to_json
+from jaxlearner.algorithms.networks.spaces import space_to_json
 from jaxlearner.training.datasets import COLUMNS, Dataset
 
 EXTRA_HINT = "pip install 'jaxlearner[minari]'"

@@ -32,9 +32,9 @@ from jaxlearner.algorithms import (
     OfflineAlgorithm,
     OnPolicyAlgorithm,
     algorithm_for,
-    replay_buffer,
 )
-from jaxlearner.algorithms.spaces import check_recipe_spaces
+from jaxlearner.algorithms.networks.spaces import check_recipe_spaces
+from jaxlearner.algorithms.replay import replay_buffer
 from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner

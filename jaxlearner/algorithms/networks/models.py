@@ -32,9 +32,9 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 
-from jaxlearner.algorithms.distribution_spec import DistributionSpec
-from jaxlearner.algorithms.encoders import MLP, encoder_for, orthogonal_dense
-from jaxlearner.algorithms.heads import (
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.networks.encoders import MLP, encoder_for, orthogonal_dense
+from jaxlearner.algorithms.networks.heads import (
     PolicyHead,
     Tower,
     ValueHead,

@@ -1,13 +1,13 @@
 """Output heads and the action space's distribution: what every model ends with.
 
 :func:`distribution_for` maps a gymnasium action space to the
-:class:`~jaxlearner.algorithms.distribution_spec.DistributionSpec` a policy
+:class:`~jaxlearner.algorithms.networks.distribution_spec.DistributionSpec` a policy
 head outputs inputs for; :class:`PolicyHead` and :class:`ValueHead` are the
 output layers (orthogonal initialisation, gain 0.01 for the policy and 1 for
 values, as in Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990);
 :func:`with_hidden_layers` puts an MLP before a head (RLlib's
 ``head_fcnet_hiddens``); :class:`Tower` runs an encoder, then a head.
-:mod:`~jaxlearner.algorithms.models` builds whole networks from these.
+:mod:`~jaxlearner.algorithms.networks.models` builds whole networks from these.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner.algorithms.distribution_spec import DistributionSpec
-from jaxlearner.algorithms.encoders import MLP, orthogonal_dense
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.networks.encoders import MLP, orthogonal_dense
 
 ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box (1-D)")
 
 
 def distribution_for(action_space: gymnasium.Space, squash: bool = False) -> DistributionSpec:
-    """The :class:`~jaxlearner.algorithms.distributions.DistributionSpec` for an action space.
+    """The :class:`~jaxlearner.algorithms.networks.distributions.DistributionSpec` of a space.
 
     * ``Discrete(n)``: ``"categorical"``; actions are indices in ``[0, n)``
       (add ``space.start`` before ``env.step`` when it is not 0).
@@ -98,7 +98,7 @@ class PolicyHead(nn.Module):
     ``log_std_range`` (SAC).
 
     Attributes:
-      distribution: the :class:`~jaxlearner.algorithms.distributions.DistributionSpec`.
+      distribution: the :class:`~jaxlearner.algorithms.networks.distributions.DistributionSpec`.
       state_dependent_std: Gaussian kinds only; see above.
       log_std_init: initial value of the state-independent ``log_std``.
       log_std_range: ``(min, max)`` of a state-dependent ``log_std``.
@@ -143,7 +143,7 @@ class HiddenHead(nn.Module):
     scale of the returns. Build one with :func:`with_hidden_layers`.
 
     Attributes:
-      hidden: the hidden layers, an :class:`~jaxlearner.algorithms.encoders.MLP`.
+      hidden: the hidden layers, an :class:`~jaxlearner.algorithms.networks.encoders.MLP`.
       head: the output head, e.g. :class:`PolicyHead` or :class:`ValueHead`.
     """
 
@@ -161,7 +161,7 @@ def with_hidden_layers(
 
     Raises:
       ValueError: for sizes that are not positive ints or an unknown activation
-        (the :class:`~jaxlearner.algorithms.encoders.MLP` checks both when made).
+        (the :class:`~jaxlearner.algorithms.networks.encoders.MLP` checks both when made).
 
     Example:
       >>> head = with_hidden_layers(ValueHead(), (32,))

@@ -2,9 +2,9 @@
 
 A policy head outputs ``[..., num_inputs]`` (RLlib's ``action_dist_inputs``);
 :func:`make_distribution` turns them into one of the distributions of
-:mod:`jaxlearner.algorithms.distributions` as a :class:`DistributionSpec` says. The
+:mod:`jaxlearner.algorithms.networks.distributions` as a :class:`DistributionSpec` says. The
 models module builds specs from gymnasium spaces
-(:func:`jaxlearner.algorithms.heads.distribution_for`).
+(:func:`jaxlearner.algorithms.networks.heads.distribution_for`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Literal, TypeAlias
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jaxlearner.algorithms.distributions import (
+from jaxlearner.algorithms.networks.distributions import (
     Categorical,
     DiagGaussian,
     Distribution,

@@ -35,8 +35,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.config import check_choice
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.off_policy import TD_ERROR_LOSSES, masked_mean, td_error_loss
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.replay.off_policy import TD_ERROR_LOSSES, masked_mean, td_error_loss
 from jaxlearner.core.context import LossContext
 from jaxlearner.types import Batch, Params
 
@@ -49,9 +49,9 @@ def sac_loss(distribution: DistributionSpec, td_error_loss_fn: str = "huber"):
 
     The batch holds ``[B]`` replay rows ``obs``, ``actions``, ``rewards``,
     ``next_obs``, ``discounts`` and ``mask`` (see
-    :mod:`jaxlearner.algorithms.off_policy`), and with prioritized replay the
+    :mod:`jaxlearner.algorithms.replay.off_policy`), and with prioritized replay the
     importance weights ``weights`` of the critic term. ``ctx.apply`` is a
-    :class:`~jaxlearner.algorithms.models.SACNetworks`' ``apply`` (methods ``policy``,
+    :class:`~jaxlearner.algorithms.networks.models.SACNetworks`' ``apply`` (methods ``policy``,
     ``q_values``, ``log_alpha``); the target critics' params are
     ``ctx.extra["target_critic"]`` and the target entropy is
     ``ctx.hyperparams["target_entropy"]``. For ``Box`` actions, ``ctx.key`` is

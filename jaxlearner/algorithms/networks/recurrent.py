@@ -28,8 +28,8 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 
-from jaxlearner.algorithms.encoders import encoder_for
-from jaxlearner.algorithms.heads import (
+from jaxlearner.algorithms.networks.encoders import encoder_for
+from jaxlearner.algorithms.networks.heads import (
     PolicyHead,
     ValueHead,
     distribution_for,
@@ -151,8 +151,8 @@ def recurrent_actor_critic(
     with its own encoder and cell (RLlib's new stack, ``vf_share_layers=False``).
 
     Args:
-      observation_space: see :func:`~jaxlearner.algorithms.encoders.encoder_for`.
-      action_space: see :func:`~jaxlearner.algorithms.heads.distribution_for`.
+      observation_space: see :func:`~jaxlearner.algorithms.networks.encoders.encoder_for`.
+      action_space: see :func:`~jaxlearner.algorithms.networks.heads.distribution_for`.
       hidden_sizes: the MLP before the cell (RLlib's ``fcnet_hiddens``).
       activation: the MLP's activation.
       cell: ``"lstm"`` or ``"gru"``.

@@ -1,8 +1,9 @@
 """Proportional prioritized replay (Schaul et al. 2016, https://arxiv.org/abs/1511.05952) on device.
 
-The prioritized counterpart of :mod:`jaxlearner.algorithms.replay_buffer`: a
-``flax.struct.dataclass`` holding a :class:`~jaxlearner.algorithms.replay_buffer.ReplayBuffer`
-(the transitions, written by its :func:`~jaxlearner.algorithms.replay_buffer.add`) and
+The prioritized counterpart of :mod:`jaxlearner.algorithms.replay.replay_buffer`: a
+``flax.struct.dataclass`` holding a
+:class:`~jaxlearner.algorithms.replay.replay_buffer.ReplayBuffer` (the transitions, written by
+its :func:`~jaxlearner.algorithms.replay.replay_buffer.add`) and
 two binary trees over the rows' priorities, with pure functions that run
 inside ``jax.jit`` (donate the buffer), ``lax.scan`` and ``vmap``. The
 capacity and every shape are static; positions, sizes, priorities and
@@ -37,8 +38,8 @@ import numpy as np
 from flax import struct
 from jax.typing import ArrayLike
 
-from jaxlearner.algorithms import replay_buffer
-from jaxlearner.algorithms.replay_buffer import ReplayBuffer
+from jaxlearner.algorithms.replay import replay_buffer
+from jaxlearner.algorithms.replay.replay_buffer import ReplayBuffer
 from jaxlearner.types import PyTree
 
 
@@ -47,7 +48,7 @@ class PrioritizedReplayBuffer:
     """Circular storage of transitions with a priority per row.
 
     Attributes:
-      replay: the :class:`~jaxlearner.algorithms.replay_buffer.ReplayBuffer` of
+      replay: the :class:`~jaxlearner.algorithms.replay.replay_buffer.ReplayBuffer` of
         transitions, its write position and size.
       sum_tree: float32 ``[2 * leaves]``, leaf ``leaves + i`` holds
         ``p_i^alpha`` (0 for empty rows), every inner node the sum of its
@@ -155,7 +156,7 @@ def add(
       The new buffer; overwritten rows lose their old priorities.
 
     Raises:
-      ValueError: as :func:`jaxlearner.algorithms.replay_buffer.add`, when ``priorities``
+      ValueError: as :func:`jaxlearner.algorithms.replay.replay_buffer.add`, when ``priorities``
         is not ``[N]``, or (for concrete priorities) when one is not finite.
 
     Example:

@@ -17,7 +17,7 @@ shape ``[...]`` returns samples ``[..., *A]`` and log-probs, entropies and KLs
 
 A policy network's flat output (``[..., num_inputs]``, RLlib's
 ``action_dist_inputs``) becomes one of these through
-:func:`jaxlearner.algorithms.distribution_spec.make_distribution`.
+:func:`jaxlearner.algorithms.networks.distribution_spec.make_distribution`.
 """
 
 from __future__ import annotations

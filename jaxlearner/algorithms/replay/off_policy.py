@@ -52,7 +52,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner.algorithms import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
 from jaxlearner.algorithms.config import (
     check_activation,
@@ -64,8 +63,9 @@ from jaxlearner.algorithms.config import (
     check_positive_int,
     check_schedule,
 )
-from jaxlearner.algorithms.returns import n_step_rewards
-from jaxlearner.algorithms.spaces import zero_observation
+from jaxlearner.algorithms.networks.spaces import zero_observation
+from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
+from jaxlearner.algorithms.trajectories.returns import n_step_rewards
 from jaxlearner.core.optimizer import CLIP_MODES
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import LearnerState
@@ -162,10 +162,10 @@ def replay_init(algorithm: OffPolicyAlgorithm, example: Batch) -> Buffer:
     """The empty replay buffer of the algorithm's kind, shaped for one replay row.
 
     The one place that decides the kind: a
-    :class:`~jaxlearner.algorithms.prioritized_replay.PrioritizedReplayBuffer`
+    :class:`~jaxlearner.algorithms.replay.prioritized_replay.PrioritizedReplayBuffer`
     (with the algorithm's ``alpha`` and ``eps``) when
     ``algorithm.prioritized_replay`` is set, else a uniform
-    :class:`~jaxlearner.algorithms.replay_buffer.ReplayBuffer`.
+    :class:`~jaxlearner.algorithms.replay.replay_buffer.ReplayBuffer`.
 
     Args:
       algorithm: supplies ``replay_capacity`` and ``prioritized_replay``.

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxlearner.algorithms.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.recurrent import unroll
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.recurrent import unroll
 from jaxlearner.core.context import LossContext
 from jaxlearner.types import Batch, Params
 
@@ -52,7 +52,7 @@ def recurrent_ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
     zeroed) and ``state_in``, the carry each sequence starts from (leaves
     ``[B, cell_size]``). The model (``ctx.apply(params, carry, obs,
     is_first)``, one step) is unrolled over ``L`` with ``lax.scan``
-    (:func:`~jaxlearner.algorithms.recurrent.unroll`); the objective is
+    (:func:`~jaxlearner.algorithms.networks.recurrent.unroll`); the objective is
     :func:`ppo_loss`'s over the ``B * L`` steps, padding masked out.
 
     Returns:
