@@ -12,7 +12,6 @@ compiles once for the new structure; the state moves over unchanged.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -39,7 +38,7 @@ from jaxlearner.core.initialization import (
 )
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_spec import ModuleSpec, check_specs
-from jaxlearner.core.observers import make_observe, observe_modules
+from jaxlearner.core.observers import make_learner_observe
 from jaxlearner.core.placement import DevicesLike, Placement
 from jaxlearner.core.state import LearnerState, zero_counter
 from jaxlearner.core.update import UpdateFn, make_update
@@ -135,8 +134,8 @@ class Learner:
         )
         set_(self, "_update_fn", update_fn)
         set_(self, "_jitted", placement.jit(update_fn, config.donate_state))
-        observes = {m: make_observe(*spec.observers) for m, spec in specs.items() if spec.observers}
-        set_(self, "_observe", placement.jit_observe(functools.partial(observe_modules, observes)))
+        observers = {m: spec.observers for m, spec in specs.items()}
+        set_(self, "_observe", make_learner_observe(observers, placement, config.jit))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise dataclasses.FrozenInstanceError(
@@ -345,22 +344,16 @@ class Learner:
             return self._update_fn(state, batch, env_steps_by_module)
 
     def observe(self, state: LearnerState, experiences: Mapping[str, Experience]) -> LearnerState:
-        """Folds collected experience into the modules' observed state (their observers).
+        """Folds collected experience into the modules' observers (:class:`~jaxlearner.Observer`).
 
-        Every driver calls this once per collected batch, before postprocessing it:
-        see :mod:`jaxlearner.core.observers`. Pure and jitted (compiled once per
-        experience shape); a module without observers is left as it is, and a learner
-        without any returns ``state`` itself without a device call.
+        Drivers call it once per collected batch, before postprocessing. Pure and jitted;
+        only the observers' ``extra`` entries change, and without observers ``state`` itself
+        comes back, with no device call.
 
         Args:
           state: the current state.
-          experiences: ``{module_id: experience}``, each a mapping of ``[T, N, ...]``
-            arrays with a ``[T, N]`` ``valid`` mask. On a mesh with several processes,
-            each passes its own environments; the global experience is the processes'
-            ``N`` axes side by side.
-
-        Returns:
-          The new state: only the observers' ``extra`` entries differ.
+          experiences: ``{module_id: experience}``, each ``[T, N, ...]`` arrays with a
+            ``[T, N]`` ``valid`` mask; on several processes, each passes its own envs.
 
         Raises:
           KeyError: for an unknown module id.
@@ -370,20 +363,7 @@ class Learner:
           ... # doctest: +SKIP
         """
         self.check_state(state)
-        unknown = [m for m in experiences if m not in self._specs]
-        if unknown:
-            raise ReadableKeyError(
-                f"observe got experience of unknown module(s) {unknown}; modules: "
-                f"{list(self._specs)}."
-            )
-        observed = {m: e for m, e in experiences.items() if self._specs[m].observers}
-        if not observed:
-            return state
-        observed = self._placement.global_experience(observed)
-        if self._config.jit:
-            return self._observe(state, observed)
-        with jax.disable_jit():
-            return self._observe(state, observed)
+        return self._observe(state, experiences)
 
     def validate(
         self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None = None

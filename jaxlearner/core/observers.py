@@ -55,10 +55,15 @@ Example: a running count of observed steps and the observations' running mean.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeAlias, final
 
+import jax
+
+from jaxlearner.core.placement import Placement
 from jaxlearner.core.state import LearnerState, ModuleState
+from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Experience, Params, PyTree
 
 ObserveFn: TypeAlias = Callable[[ModuleState, Experience], ModuleState]
@@ -189,3 +194,41 @@ def observe_modules(
     for module_id, experience in experiences.items():
         modules[module_id] = observes[module_id](modules[module_id], experience)
     return state.replace_modules(modules)
+
+
+def make_learner_observe(
+    observers: Mapping[str, Sequence[Observer]], placement: Placement, jit: bool
+) -> Callable[[LearnerState, Mapping[str, Experience]], LearnerState]:
+    """What :meth:`~jaxlearner.Learner.observe` runs: ``observe(state, experiences) -> state``.
+
+    Args:
+      observers: each module's observers, ``{module_id: observers}``.
+      placement: the learner's placement (a mesh keeps the state replicated; several
+        processes' experiences are joined along their ``N`` axes).
+      jit: compile the update (``False``: run it with jit disabled).
+
+    Returns:
+      A function that refuses experience of an unknown module (``KeyError``), leaves out
+      modules without observers, and returns ``state`` itself, with no device call, when no
+      module is left.
+    """
+    observes = {m: make_observe(*module) for m, module in observers.items() if module}
+    jitted = placement.jit_observe(functools.partial(observe_modules, observes))
+
+    def observe(state: LearnerState, experiences: Mapping[str, Experience]) -> LearnerState:
+        unknown = [m for m in experiences if m not in observers]
+        if unknown:
+            raise ReadableKeyError(
+                f"observe got experience of unknown module(s) {unknown}; modules: "
+                f"{list(observers)}."
+            )
+        observed = {m: e for m, e in experiences.items() if m in observes}
+        if not observed:
+            return state
+        observed = placement.global_experience(observed)
+        if jit:
+            return jitted(state, observed)
+        with jax.disable_jit():
+            return jitted(state, observed)
+
+    return observe
