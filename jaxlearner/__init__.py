@@ -35,7 +35,12 @@ from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.observers import Observer, make_observe
 from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer
 from jaxlearner.core.placement import Placement
-from jaxlearner.core.registry import learner_from_recipe, register_recipe, registered_recipes
+from jaxlearner.core.registry import (
+    learner_from_recipe,
+    register_recipe,
+    register_recipe_loader,
+    registered_recipes,
+)
 from jaxlearner.core.schedules import Schedule, piecewise_schedule
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.core.update import make_update
@@ -101,6 +106,22 @@ _LAZY_MODULES = {
     "plotting": "jaxlearner.training.plotting",
     "video": "jaxlearner.training.video",
 }
+
+
+def _load_builtin_algorithms() -> None:
+    """Registers the built-in algorithms (they register themselves when imported).
+
+    The core's registry imports no algorithm (the layers import downward only),
+    and importing the algorithms brings gymnasium, which ``import jaxlearner``
+    leaves out. So the root package, which sees every layer, hands the registry
+    this loader: the first ``jl.learner_from_recipe``, ``jl.restore`` or
+    ``jl.registered_recipes`` that needs a name it lacks imports them, whichever
+    module (the checkpoint layer, a trainer) made the call.
+    """
+    import jaxlearner.algorithms  # noqa: F401
+
+
+register_recipe_loader(_load_builtin_algorithms)
 
 
 def __getattr__(name: str) -> object:

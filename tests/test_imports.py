@@ -93,41 +93,37 @@ def test_lazy_exports_resolve():
             assert getattr(jl, name) is not None, name
 
 
-def module_name(path):
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path, package=PACKAGE):
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_level_imports(path, modules):
-    """The package's modules that ``path`` imports at module level, TYPE_CHECKING blocks included.
+def imported_modules(path, modules, package=PACKAGE):
+    """The package's modules that ``path`` imports, wherever the import statement stands.
 
-    Imports inside functions are left out: they run when called, after every module has
-    loaded. ``from a import b`` names the module ``a.b`` when there is one, else ``a``.
-    Importing ``a.b.c`` also runs the enclosing subpackage ``a.b``, counted unless it
-    encloses ``path`` itself; the root package is counted only where it is named, since
-    it runs first for every submodule whatever imports what.
+    Every ``import`` and ``from ... import`` node of the file counts: at module level, in
+    TYPE_CHECKING blocks and inside functions. A function-local import runs later than a
+    module-level one, but it is a dependency all the same: an upward one inside a function
+    is still a lower layer that cannot work without a higher one. ``from a import b`` names
+    the module ``a.b`` when there is one, else ``a``. Importing ``a.b.c`` also runs the
+    enclosing subpackage ``a.b``, counted unless it encloses ``path`` itself; the root
+    package is counted only where it is named, since it runs first for every submodule
+    whatever imports what.
     """
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    name = module_name(path, package)
+    own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
-
-    def visit(node):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            if isinstance(child, ast.Import):
-                targets.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parent = package.rsplit(".", child.level - 1)[0]
-                    base = f"{parent}.{base}" if base else parent
-                for alias in child.names:
-                    submodule = f"{base}.{alias.name}"
-                    targets.add(submodule if submodule in modules else base)
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = own_package.rsplit(".", node.level - 1)[0]
+                base = f"{parent}.{base}" if base else parent
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                targets.add(submodule if submodule in modules else base)
     imported = set()
     for target in targets:
         while target and target not in modules:
@@ -140,6 +136,13 @@ def module_level_imports(path, modules):
                 imported.add(enclosing)
             enclosing = enclosing.rpartition(".")[0]
     return imported - {name}
+
+
+def import_graph(package=PACKAGE):
+    """``{module: the package's modules it imports}`` for every module of ``package``."""
+    paths = sorted(package.rglob("*.py"))
+    modules = {module_name(path, package) for path in paths}
+    return {module_name(path, package): imported_modules(path, modules, package) for path in paths}
 
 
 def cycles(graph):
@@ -166,18 +169,13 @@ def test_cycles_finds_strongly_connected_components():
 
 
 def test_the_package_modules_form_no_import_cycle():
-    """No cycle among jaxlearner's modules through top-level or TYPE_CHECKING imports.
+    """No cycle among jaxlearner's modules through any import, function-local ones included.
 
-    Function-local (lazy) imports are excluded: ``learner_from_recipe`` in registry.py
-    imports ``jaxlearner.algorithms`` when it meets an unregistered name, so the built-in
-    algorithms register themselves without the registry depending on them at import time.
     Imports of the root package ``jaxlearner`` from inside it count; the root's own lazy
     exports go through ``importlib`` and are not imports here.
     """
-    paths = sorted(PACKAGE.rglob("*.py"))
-    modules = {module_name(path) for path in paths}
-    graph = {module_name(path): module_level_imports(path, modules) for path in paths}
-    assert graph["jaxlearner.algorithms"] >= {"jaxlearner.core.registry", "jaxlearner.core.learner"}
+    graph = import_graph()
+    assert graph["jaxlearner.algorithms"] >= {"jaxlearner.algorithms.registry"}
     assert cycles(graph) == []
 
 
@@ -191,28 +189,34 @@ LAYERS = [
 ]
 
 
+# A module whose concept moved up a layer and that stays behind only so that its old import
+# path (``python -m jaxlearner.training.cli``) keeps working belongs to the layer it forwards
+# to: its imports are checked as that layer's, and nothing below that layer may import it.
+FORWARDERS = {"jaxlearner.training.cli": "cli"}
+
+
 def layer_of(module):
-    """The index in LAYERS of a module's sub-package; None for the root package."""
+    """The index in LAYERS of a module's sub-package (or of the sub-package a forwarder
+    forwards to); None for the root package."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] == "__main__":
         return None  # jaxlearner/__init__.py re-exports every layer; __main__ runs the CLI
-    return next(i for i, names in enumerate(LAYERS) if parts[1] in names)
+    home = FORWARDERS.get(module, parts[1])
+    return next(i for i, names in enumerate(LAYERS) if home in names)
 
 
-def test_layers_import_downward_only():
-    """core/ needs no algorithm, checkpoint or driver; algorithms/ and checkpoint/ need no driver
-    and not each other; training/ and anakin/ sit above them, and cli/ (the command line, an
-    application of the library) on top. Top-level and TYPE_CHECKING imports
-    count; lazy imports inside functions (the registry's import of the built-in algorithms)
-    do not."""
-    paths = sorted(PACKAGE.rglob("*.py"))
-    modules = {module_name(path) for path in paths}
+def upward_imports(package=PACKAGE):
+    """``"a imports b"`` for each import, anywhere in a module, that breaks the layer rule.
+
+    A module may import its own layer's sub-package and the layers before it, not a sibling
+    in the middle layer (algorithms/ and checkpoint/ stand beside each other), and not the
+    root package, which re-exports every layer.
+    """
     upward = []
-    for path in paths:
-        source = module_name(path)
+    for source, targets in sorted(import_graph(package).items()):
         if layer_of(source) is None:
             continue
-        for target in module_level_imports(path, modules):
+        for target in sorted(targets):
             if layer_of(target) is None:
                 upward.append(f"{source} imports the root package")
                 continue
@@ -220,7 +224,15 @@ def test_layers_import_downward_only():
             sibling = same_layer and target.split(".")[1] != source.split(".")[1]
             if layer_of(target) > layer_of(source) or (sibling and layer_of(source) == 2):
                 upward.append(f"{source} imports {target}")
-    assert upward == []
+    return upward
+
+
+def test_layers_import_downward_only():
+    """core/ needs no algorithm, checkpoint or driver; algorithms/ and checkpoint/ need no driver
+    and not each other; training/ and anakin/ sit above them, and cli/ (the command line, an
+    application of the library) on top. Every import counts, those inside functions
+    included."""
+    assert upward_imports() == []
 
 
 def test_the_command_line_imports_modules_not_the_root_package():
@@ -236,3 +248,48 @@ def test_the_command_line_imports_modules_not_the_root_package():
                 names = [node.module]
             offenders += [f"{path.name}:{node.lineno}" for name in names if name == "jaxlearner"]
     assert offenders == []
+
+
+def write_package(root, files):
+    for relative, source in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return root / "pkg"
+
+
+def test_a_function_local_upward_import_is_caught(tmp_path):
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/core/__init__.py": "",
+            "pkg/core/registry.py": "def load():\n    import pkg.algorithms.ppo\n",
+            "pkg/core/learner.py": "def f():\n    from pkg import training\n",
+            "pkg/algorithms/__init__.py": "from pkg.core import registry\n",
+            "pkg/algorithms/ppo.py": "from ..core import registry\n",
+            "pkg/checkpoint/__init__.py": "def restore():\n    from ..algorithms import ppo\n",
+            "pkg/training/__init__.py": "def run():\n    import pkg as jl\n",
+        },
+    )
+    assert upward_imports(package) == [
+        "pkg.checkpoint imports pkg.algorithms",
+        "pkg.checkpoint imports pkg.algorithms.ppo",
+        "pkg.core.learner imports pkg.training",
+        "pkg.core.registry imports pkg.algorithms",
+        "pkg.core.registry imports pkg.algorithms.ppo",
+        "pkg.training imports the root package",
+    ]
+
+
+def test_a_cycle_through_a_function_local_import_is_caught(tmp_path):
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/core/__init__.py": "",
+            "pkg/core/registry.py": "from pkg.core import learner\n",
+            "pkg/core/learner.py": "def f():\n    from pkg.core.registry import register\n",
+        },
+    )
+    assert cycles(import_graph(package)) == [["pkg.core.learner", "pkg.core.registry"]]

@@ -2,8 +2,10 @@
 
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
-...) in the one recipe registry (:mod:`jaxlearner.core.registry`), which makes its
-learner, its algorithm, or the algorithm around an existing learner. An
+...) that registers itself in the algorithm registry
+(:mod:`jaxlearner.algorithms.registry`, over the one recipe registry of
+:mod:`jaxlearner.core.registry`) where it is defined; it makes its learner, its
+algorithm, or the algorithm around an existing learner. An
 algorithm that collects its own experience is of one of two kinds: an
 :class:`OnPolicyAlgorithm` (PPO, APPO) or an :class:`OffPolicyAlgorithm` (DQN, SAC);
 :data:`Algorithm` is either. An :class:`OfflineAlgorithm` (BC, MARWIL) trains
@@ -32,13 +34,6 @@ from typing import Any
 
 import gymnasium
 
-from jaxlearner.algorithms import appo as _appo
-from jaxlearner.algorithms import bc as _bc
-from jaxlearner.algorithms import dqn as _dqn
-from jaxlearner.algorithms import marwil as _marwil
-from jaxlearner.algorithms import multi_agent_ppo as _multi_agent_ppo
-from jaxlearner.algorithms import ppo as _ppo
-from jaxlearner.algorithms import sac as _sac
 from jaxlearner.algorithms.algorithm import (
     Algorithm,
     AnyAlgorithm,
@@ -55,18 +50,15 @@ from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.marwil import MARWILConfig, marwil, marwil_loss
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
-from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
-from jaxlearner.core.learner import Learner
-from jaxlearner.core.registry import (
+from jaxlearner.algorithms.registry import (
+    AlgorithmRecipe,
     algorithm_names,
     algorithm_recipe,
-    learner_from_recipe,
-    register_recipe,
+    register_algorithm,
 )
-
-for _recipe in (_ppo.RECIPE, _appo.RECIPE, _dqn.RECIPE, _sac.RECIPE, _bc.RECIPE, _marwil.RECIPE):
-    register_recipe(_recipe.name, _recipe, replace=True)
-register_recipe(_multi_agent_ppo.ALGORITHM, _multi_agent_ppo.learner_from_recipe, replace=True)
+from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
+from jaxlearner.core.learner import Learner
+from jaxlearner.core.registry import learner_from_recipe
 
 
 def build(
@@ -131,6 +123,7 @@ def algorithm_for(learner: Learner) -> AnyAlgorithm:
 __all__ = [
     "APPOConfig",
     "Algorithm",
+    "AlgorithmRecipe",
     "AnyAlgorithm",
     "BCConfig",
     "BuiltinAlgorithm",
@@ -144,6 +137,8 @@ __all__ = [
     "RecurrentAct",
     "SACConfig",
     "algorithm_for",
+    "algorithm_names",
+    "algorithm_recipe",
     "appo",
     "appo_loss",
     "bc",
@@ -157,6 +152,7 @@ __all__ = [
     "multi_agent_ppo",
     "ppo",
     "ppo_loss",
+    "register_algorithm",
     "sac",
     "sac_loss",
 ]

@@ -89,6 +89,7 @@ from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.trajectories.returns import vtrace
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
@@ -427,6 +428,7 @@ def _rollout_steps(config: APPOConfig, num_envs: int) -> int:
 
 RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)
 """APPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+register_algorithm(RECIPE, replace=True)
 
 
 def build(

@@ -51,6 +51,7 @@ from jaxlearner.algorithms.networks.heads import (
     with_hidden_layers,
 )
 from jaxlearner.algorithms.networks.spaces import bounds
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
@@ -189,6 +190,7 @@ def make_algorithm(
 
 RECIPE = BuiltinAlgorithm("bc", BCConfig, make_learner, make_algorithm)
 """BC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+register_algorithm(RECIPE, replace=True)
 
 
 def build(

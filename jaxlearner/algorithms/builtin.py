@@ -12,9 +12,9 @@ how to
   postprocess or transitions functions are derived from that learner's own
   model and the config in its recipe, so no second model or learner is built.
 
-Each algorithm module defines one (``ppo.RECIPE``, ...) and
-:mod:`jaxlearner.algorithms` registers them with
-:func:`~jaxlearner.register_recipe`.
+Each algorithm module defines one (``ppo.RECIPE``, ...) and registers it
+where it is defined, with
+:func:`~jaxlearner.algorithms.registry.register_algorithm`.
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ def recipe_json(
 class BuiltinAlgorithm:
     """A built-in algorithm: its name, config type and how to make its learner and algorithm.
 
-    A :class:`~jaxlearner.core.registry.AlgorithmRecipe`: calling it with a recipe
-    rebuilds the learner, so it registers with
-    :func:`~jaxlearner.register_recipe` like any recipe builder.
+    An :class:`~jaxlearner.algorithms.registry.AlgorithmRecipe`: calling it with a
+    recipe rebuilds the learner, so it serves as a recipe builder too.
 
     Attributes:
       name: the name in recipes, ``jl.algorithms.build`` and the command line.

@@ -114,6 +114,7 @@ from jaxlearner.algorithms.config import (
     freeze_schedule,
 )
 from jaxlearner.algorithms.networks.models import q_network
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.replay.off_policy import (
     TD_ERROR_LOSSES,
     check_off_policy_config,
@@ -420,6 +421,7 @@ def _act_functions(
 
 RECIPE = BuiltinAlgorithm("dqn", DQNConfig, make_learner, make_algorithm)
 """DQN's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+register_algorithm(RECIPE, replace=True)
 
 
 def build(

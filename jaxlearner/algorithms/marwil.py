@@ -70,6 +70,7 @@ from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.offline import returns_to_go
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.core.additional_updates import AdditionalUpdate
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -353,6 +354,7 @@ def make_act(
 
 RECIPE = BuiltinAlgorithm("marwil", MARWILConfig, make_learner, make_algorithm)
 """MARWIL's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+register_algorithm(RECIPE, replace=True)
 
 
 def build(

@@ -43,6 +43,7 @@ from jaxlearner.algorithms.config import config_from_json, config_to_json, make_
 from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
 from jaxlearner.algorithms.ppo import PPOConfig, make_algorithm, ppo_module
 from jaxlearner.core.learner import Learner
+from jaxlearner.core.registry import register_recipe
 
 ALGORITHM = "multi_agent_ppo"
 """The name in the learner's recipe (and the recipe registry)."""
@@ -157,6 +158,9 @@ def learner_from_recipe(recipe: dict[str, Any]) -> Learner:
     """The learner a ``multi_agent_ppo`` recipe describes (the registered recipe builder)."""
     policies, config = _parse(recipe)
     return multi_agent_ppo(policies, config, recipe.get("policies_to_train"))
+
+
+register_recipe(ALGORITHM, learner_from_recipe, replace=True)
 
 
 def _recipe(

@@ -87,6 +87,7 @@ from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import ppo_loss, recurrent_ppo_loss
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
@@ -450,6 +451,7 @@ def _rollout_steps(config: PPOConfig, num_envs: int) -> int:
 
 RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
 """PPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+register_algorithm(RECIPE, replace=True)
 
 
 def build(

@@ -80,6 +80,7 @@ from jaxlearner.algorithms.config import check_positive, check_schedule, freeze_
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.replay.off_policy import (
     check_off_policy_config,
     replay_layout,
@@ -314,6 +315,7 @@ def _act(model: SACNetworks, start: int) -> Callable:
 
 RECIPE = BuiltinAlgorithm("sac", SACConfig, make_learner, make_algorithm)
 """SAC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
+register_algorithm(RECIPE, replace=True)
 
 
 def build(

@@ -23,6 +23,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import NoReturn
 
+from jaxlearner.algorithms.registry import algorithm_names, algorithm_recipe
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import (
     MAX_SEED,
@@ -34,7 +35,6 @@ from jaxlearner.cli.options import (
     TrainOptions,
     parse_devices,
 )
-from jaxlearner.core.registry import algorithm_names, algorithm_recipe
 
 NO_CACHE_VARIABLE = "JAXLEARNER_NO_COMPILATION_CACHE"
 """Set to 1 (or anything but 0, false, no) to compile afresh, as ``--no-compilation-cache``."""

@@ -18,11 +18,11 @@ import gymnasium as gym
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm, OfflineAlgorithm
 from jaxlearner.algorithms.config import parse_overrides
+from jaxlearner.algorithms.registry import algorithm_names, algorithm_recipe
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import Devices, TrainOptions, parse_devices
 from jaxlearner.cli.run_folder import CHECKPOINTS, RUN_FILE, UsageError, read_run
-from jaxlearner.core.registry import algorithm_names, algorithm_recipe
 from jaxlearner.training.datasets import Dataset
 from jaxlearner.training.loggers import require_tensorboard
 from jaxlearner.training.record import check_offline_dataset, read_dataset

@@ -1,4 +1,4 @@
-"""Recipes: the one registry of algorithms and of the learners saved in checkpoints.
+"""Recipes: the one registry of the learners saved in checkpoints, and how to rebuild them.
 
 A learner may carry a recipe, ``Learner(..., recipe={"algorithm": name, ...})``:
 a JSON-serialisable description of everything needed to build it again
@@ -10,19 +10,21 @@ script.
 
 The registry maps each name to a builder ``recipe -> Learner``, registered
 once. Your own recipes are plain functions (:func:`register_recipe`). The
-built-in algorithms (PPO, DQN, SAC) register an :class:`AlgorithmRecipe`: a
-builder that also knows its config type, how to build the whole
-:data:`~jaxlearner.algorithms.Algorithm` from two spaces and a config, and how
-to wrap an existing learner in its algorithm. ``jl.algorithms.build``,
-``jl.algorithms.algorithm_for``, the :class:`~jaxlearner.Trainer` and the
-command line find them here (:func:`algorithm_recipe`, :func:`algorithm_names`).
+built-in algorithms register richer builders into the same registry
+(:mod:`jaxlearner.algorithms.registry`): the core knows none of them and
+imports no algorithm. They register themselves when
+:mod:`jaxlearner.algorithms` is imported; ``import jaxlearner`` adds a
+:func:`register_recipe_loader` that does so the first time the registry is
+asked for a name it lacks, so ``jl.restore`` and ``jl.learner_from_recipe``
+rebuild a built-in learner in a fresh process.
 """
 
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, TypeAlias
 
 from jaxlearner.core.learner import Learner
 from jaxlearner.errors import ReadableKeyError
@@ -30,36 +32,12 @@ from jaxlearner.errors import ReadableKeyError
 RecipeBuilder: TypeAlias = Callable[[dict[str, Any]], Learner]
 """``builder(recipe) -> Learner``; ``recipe`` is the whole dict, ``"algorithm"`` included."""
 
-
-@runtime_checkable
-class AlgorithmRecipe(Protocol):
-    """A recipe builder that also builds an algorithm: what the built-in algorithms register.
-
-    :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` is the built-in
-    one. (The registry imports no algorithm, so algorithms are typed ``Any`` here.)
-
-    Attributes:
-      name: the algorithm's name, as in ``recipe["algorithm"]``.
-      config_type: its typed config class (the command line parses overrides with it).
-    """
-
-    name: str
-    config_type: type
-
-    def __call__(self, recipe: dict[str, Any]) -> Learner:
-        """The learner a recipe describes."""
-        ...
-
-    def build(self, observation_space: Any, action_space: Any, config: Any = None) -> Any:
-        """A fresh learner for two spaces and a config, and the algorithm around it."""
-        ...
-
-    def algorithm_for(self, learner: Learner) -> Any:
-        """The algorithm around an existing learner of this algorithm (no new model)."""
-        ...
+RecipeLoader: TypeAlias = Callable[[], object]
+"""``loader()``: registers recipes (typically by importing the modules that register them)."""
 
 
 _BUILDERS: dict[str, RecipeBuilder] = {}
+_LOADERS: list[RecipeLoader] = []
 
 
 def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False) -> None:
@@ -69,8 +47,9 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
       name: the algorithm name, as in ``recipe["algorithm"]``.
       builder: ``builder(recipe) -> jl.Learner``. It gets a fresh copy of the
         whole recipe and should return a learner carrying the same recipe, so
-        its checkpoints can be restored in turn. An :class:`AlgorithmRecipe`
-        (as the built-in algorithms register) also serves
+        its checkpoints can be restored in turn. An
+        :class:`~jaxlearner.algorithms.registry.AlgorithmRecipe` (as the
+        built-in algorithms register) also serves
         ``jl.algorithms.build``, ``jl.algorithms.algorithm_for`` and the
         :class:`~jaxlearner.Trainer`.
       replace: allow replacing a builder registered earlier under ``name``.
@@ -103,6 +82,47 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
     _BUILDERS[name] = builder
 
 
+def register_recipe_loader(loader: RecipeLoader) -> None:
+    """Adds a loader the registry calls before it lists its names or misses one.
+
+    A loader registers recipes on demand, so that a package can offer recipes
+    without importing them up front: ``import jaxlearner`` adds one that
+    imports :mod:`jaxlearner.algorithms` (whose built-in algorithms register
+    themselves), which keeps ``import jaxlearner`` free of gymnasium until a
+    recipe is needed. Loaders run every time they are needed, so they should
+    be cheap when they have run once (``importlib.import_module`` is); the
+    same loader is added once.
+
+    Args:
+      loader: ``loader()``, called with no arguments; its result is ignored.
+
+    Raises:
+      TypeError: when ``loader`` is not callable.
+
+    Example:
+      >>> import importlib
+      >>> register_recipe_loader(lambda: importlib.import_module("my_recipes"))  # doctest: +SKIP
+    """
+    if not callable(loader):
+        raise TypeError(
+            f"register_recipe_loader needs a callable loader(); got {type(loader).__name__} "
+            f"{loader!r}."
+        )
+    if loader not in _LOADERS:
+        _LOADERS.append(loader)
+
+
+def recipe_builders() -> Mapping[str, RecipeBuilder]:
+    """A read-only view of every registered builder by name, the loaders' included.
+
+    Example:
+      >>> sorted(recipe_builders())                                    # doctest: +SKIP
+      ['appo', 'bc', 'dqn', 'marwil', 'multi_agent_ppo', 'ppo', 'regression', 'sac']
+    """
+    _load()
+    return types.MappingProxyType(_BUILDERS)
+
+
 def registered_recipes() -> tuple[str, ...]:
     """The registered algorithm names, sorted, the built-in algorithms included.
 
@@ -110,46 +130,12 @@ def registered_recipes() -> tuple[str, ...]:
       >>> "regression" in jl.registered_recipes()                     # doctest: +SKIP
       True
     """
-    _register_builtins()
-    return tuple(sorted(_BUILDERS))
+    return tuple(sorted(recipe_builders()))
 
 
-def algorithm_names() -> tuple[str, ...]:
-    """The names registered with an :class:`AlgorithmRecipe` (``"dqn"``, ``"ppo"``, ...), sorted.
-
-    Example:
-      >>> jl.registry.algorithm_names()                               # doctest: +SKIP
-      ('dqn', 'ppo', 'sac')
-    """
-    _register_builtins()
-    return tuple(sorted(n for n, b in _BUILDERS.items() if isinstance(b, AlgorithmRecipe)))
-
-
-def algorithm_recipe(name: str) -> AlgorithmRecipe:
-    """The :class:`AlgorithmRecipe` registered under ``name``.
-
-    Raises:
-      ValueError: when ``name`` is not registered, or registered with a plain
-        builder that makes learners only; the algorithm names are listed.
-
-    Example:
-      >>> recipe = jl.registry.algorithm_recipe("ppo")                 # doctest: +SKIP
-      >>> algorithm = recipe.build(env.observation_space, env.action_space)  # doctest: +SKIP
-    """
-    _register_builtins()
-    builder = _BUILDERS.get(name)
-    if not isinstance(builder, AlgorithmRecipe):
-        plain = " (its recipe builder makes learners only)" if builder is not None else ""
-        raise ValueError(
-            f"Unknown algorithm {name!r}{plain}; built-in algorithms: {list(algorithm_names())}."
-        )
-    return builder
-
-
-def _register_builtins() -> None:
-    # A lazy import: the built-in algorithms register themselves when imported, and the
-    # registry must not depend on them (nor on gymnasium) at import time.
-    import jaxlearner.algorithms  # noqa: F401
+def _load() -> None:
+    for loader in tuple(_LOADERS):
+        loader()
 
 
 def learner_from_recipe(recipe: Mapping[str, Any]) -> Learner:
@@ -186,7 +172,7 @@ def learner_from_recipe(recipe: Mapping[str, Any]) -> Learner:
             f"{name!r} in {dict(recipe)!r}."
         )
     if name not in _BUILDERS:
-        _register_builtins()
+        _load()
     if name not in _BUILDERS:
         raise ReadableKeyError(
             f"No recipe builder is registered for algorithm {name!r}; registered: "
