@@ -65,7 +65,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium
 import jax
@@ -74,7 +73,7 @@ import numpy as np
 import optax
 
 from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
     check_activation,
     check_fraction,
@@ -89,7 +88,6 @@ from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
-from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.trajectories.returns import vtrace
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
@@ -428,39 +426,12 @@ def _rollout_steps(config: APPOConfig, num_envs: int) -> int:
 
 RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)
 """APPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
-register_algorithm(RECIPE, replace=True)
 
-
-def build(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: APPOConfig | dict[str, Any] | None = None,
-) -> OnPolicyAlgorithm:
-    """APPO's :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (learner, act and postprocess).
-
-    Args:
-      observation_space: one environment's observation space.
-      action_space: one environment's action space (``Discrete``,
-        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
-      config: an :class:`APPOConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: on unsupported spaces.
-
-    Example:
-      >>> algorithm = jl.algorithms.build(
-      ...     "appo", env.observation_space, env.action_space)  # doctest: +SKIP
-    """
-    return RECIPE.build(observation_space, action_space, config)
-
-
-def appo(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: APPOConfig | dict[str, Any] | None = None,
-) -> Learner:
-    """An APPO :class:`~jaxlearner.Learner` for the two spaces.
+build, appo = register_builtin(
+    RECIPE,
+    OnPolicyAlgorithm,
+    parts="learner, act and postprocess",
+    doc="""An APPO :class:`~jaxlearner.Learner` for the two spaces.
 
     The learner has one module, ``"default_policy"``, and knows its batch
     layout (rows of ``rollout_fragment_length`` steps), so
@@ -472,8 +443,8 @@ def appo(
       >>> learner = jl.algorithms.appo(env.observation_space, env.action_space,
       ...                              {"rollout_fragment_length": 32, "train_batch_size": 256})
       >>> state = learner.init(jax.random.key(0))
-    """
-    return RECIPE.learner(observation_space, action_space, config)
+    """,
+)
 
 
 def _batch_layout(

@@ -25,7 +25,6 @@ field                              default    meaning (RLlib's name where it dif
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import gymnasium
 import jax
@@ -33,7 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
     check_activation,
     check_layers,
@@ -51,7 +50,6 @@ from jaxlearner.algorithms.networks.heads import (
     with_hidden_layers,
 )
 from jaxlearner.algorithms.networks.spaces import bounds
-from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
@@ -190,44 +188,17 @@ def make_algorithm(
 
 RECIPE = BuiltinAlgorithm("bc", BCConfig, make_learner, make_algorithm)
 """BC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
-register_algorithm(RECIPE, replace=True)
 
-
-def build(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: BCConfig | dict[str, Any] | None = None,
-) -> OfflineAlgorithm:
-    """BC's :class:`~jaxlearner.algorithms.OfflineAlgorithm` (learner, act and rows).
-
-    Args:
-      observation_space: one environment's observation space.
-      action_space: one environment's action space (``Discrete``,
-        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
-      config: a :class:`BCConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: on unsupported spaces.
-
-    Example:
-      >>> algorithm = jl.algorithms.build("bc", env.observation_space, env.action_space)
-      ... # doctest: +SKIP
-    """
-    return RECIPE.build(observation_space, action_space, config)
-
-
-def bc(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: BCConfig | dict[str, Any] | None = None,
-) -> Learner:
-    """A BC :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
+build, bc = register_builtin(
+    RECIPE,
+    OfflineAlgorithm,
+    parts="learner, act and rows",
+    doc="""A BC :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
 
     Example:
       >>> import gymnasium as gym, jax, jaxlearner as jl
       >>> env = gym.make("CartPole-v1")
       >>> learner = jl.algorithms.bc(env.observation_space, env.action_space, {"lr": 1e-3})
       >>> state = learner.init(jax.random.key(0))
-    """
-    return RECIPE.learner(observation_space, action_space, config)
+    """,
+)

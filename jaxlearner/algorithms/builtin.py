@@ -12,22 +12,27 @@ how to
   postprocess or transitions functions are derived from that learner's own
   model and the config in its recipe, so no second model or learner is built.
 
-Each algorithm module defines one (``ppo.RECIPE``, ...) and registers it
-where it is defined, with
-:func:`~jaxlearner.algorithms.registry.register_algorithm`.
+Each algorithm module defines one (``ppo.RECIPE``, ...) and ends with one
+:func:`register_builtin` line, which registers it
+(:func:`~jaxlearner.algorithms.registry.register_algorithm`) and makes the
+module's ``build`` function and its named constructor (``ppo(...)``) with
+their own docstrings and signatures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import textwrap
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias, final
+from typing import Any, Protocol, TypeAlias, TypeVar, final
 
 import gymnasium
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
 from jaxlearner.algorithms.config import config_from_json, config_to_json, make_config
 from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
+from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.core.learner import Learner
 
 MakeLearner: TypeAlias = Callable[[gymnasium.Space, gymnasium.Space, Any], Learner]
@@ -71,7 +76,8 @@ class BuiltinAlgorithm:
     """A built-in algorithm: its name, config type and how to make its learner and algorithm.
 
     An :class:`~jaxlearner.algorithms.registry.AlgorithmRecipe`: calling it with a
-    recipe rebuilds the learner, so it serves as a recipe builder too.
+    recipe rebuilds the learner, so it serves as a recipe builder too
+    (:func:`register_builtin` registers it).
 
     Attributes:
       name: the name in recipes, ``jl.algorithms.build`` and the command line.
@@ -144,3 +150,140 @@ class BuiltinAlgorithm:
             space_from_json(recipe["action_space"]),
             config_from_json(self.config_type, recipe["config"]),
         )
+
+
+AlgorithmT = TypeVar("AlgorithmT", covariant=True)
+
+
+class BuildFunction(Protocol[AlgorithmT]):
+    """A module's ``build(observation_space, action_space, config=None)``: the whole algorithm."""
+
+    def __call__(
+        self, observation_space: gymnasium.Space, action_space: gymnasium.Space, config: Any = None
+    ) -> AlgorithmT: ...
+
+
+class LearnerFunction(Protocol):
+    """A named constructor, ``ppo(observation_space, action_space, config=None)``: the learner."""
+
+    def __call__(
+        self, observation_space: gymnasium.Space, action_space: gymnasium.Space, config: Any = None
+    ) -> Learner: ...
+
+
+def register_builtin(
+    recipe: BuiltinAlgorithm,
+    returns: type[AlgorithmT],
+    *,
+    parts: str,
+    doc: str,
+    action_space: str = (
+        "one environment's action space (``Discrete``, ``MultiDiscrete``, ``MultiBinary`` "
+        "or 1-D ``Box``)."
+    ),
+    type_error: str = "on unsupported spaces.",
+) -> tuple[BuildFunction[AlgorithmT], LearnerFunction]:
+    """Registers a built-in algorithm and makes its module's ``build`` and named constructor.
+
+    The two functions call ``recipe.build`` and ``recipe.learner``. Each gets
+    its name, its module (``recipe.make_learner``'s), a signature naming the
+    config type (``inspect.signature``, ``help``) and a docstring: ``build``'s
+    is written from ``parts``, ``action_space`` and ``type_error``, the
+    constructor's is ``doc``.
+
+    Args:
+      recipe: the algorithm's entry; its name names the constructor (``"ppo"``
+        makes ``ppo``). It is registered, replacing an earlier registration (a
+        reloaded module registers again).
+      returns: the algorithm kind ``build`` returns (``OnPolicyAlgorithm``, ...).
+      parts: what the algorithm holds, for ``build``'s summary line
+        (``"learner, act and postprocess"``).
+      doc: the constructor's docstring, indented as in the module.
+      action_space: the ``action_space`` argument's description in ``build``'s docstring.
+      type_error: when ``build`` raises ``TypeError``, for its docstring.
+
+    Returns:
+      ``(build, constructor)``.
+
+    Raises:
+      TypeError: when ``recipe`` is not an algorithm recipe.
+
+    Example:
+      >>> RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
+      >>> build, ppo = register_builtin(
+      ...     RECIPE, OnPolicyAlgorithm, parts="learner, act and postprocess",
+      ...     doc="A PPO learner for the two spaces.")                 # doctest: +SKIP
+    """
+    register_algorithm(recipe, replace=True)
+
+    def build(
+        observation_space: gymnasium.Space, action_space: gymnasium.Space, config: Any = None
+    ) -> AlgorithmT:
+        return recipe.build(observation_space, action_space, config)
+
+    def constructor(
+        observation_space: gymnasium.Space, action_space: gymnasium.Space, config: Any = None
+    ) -> Learner:
+        return recipe.learner(observation_space, action_space, config)
+
+    build_doc = _build_doc(recipe, returns, parts, action_space, type_error)
+    _describe(build, "build", recipe, returns, build_doc)
+    _describe(constructor, recipe.name, recipe, Learner, inspect.cleandoc(doc))
+    return build, constructor
+
+
+def _build_doc(
+    recipe: BuiltinAlgorithm, returns: type, parts: str, action_space: str, type_error: str
+) -> str:
+    def entry(text: str) -> str:  # an Args or Raises entry, wrapped as written by hand
+        return textwrap.fill(
+            text, 78, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
+
+    config = recipe.config_type.__name__
+    article = "an" if config[0] in "AEIOU" else "a"
+    summary = f"{recipe.name.upper()}'s :class:`~jaxlearner.algorithms.{returns.__name__}`"
+    return "\n".join(
+        [
+            f"{summary} ({parts}).",  # one line, as a summary is
+            "",
+            "Args:",
+            entry("observation_space: one environment's observation space."),
+            entry(f"action_space: {action_space}"),
+            entry(f"config: {article} :class:`{config}`, a dict of its fields, or ``None``."),
+            "",
+            "Raises:",
+            entry("ValueError: on unknown config fields (valid names listed) or invalid values."),
+            entry(f"TypeError: {type_error}"),
+            "",
+            "Example:",
+            "  >>> algorithm = jl.algorithms.build(",
+            f'  ...     "{recipe.name}", env.observation_space, env.action_space)'
+            "  # doctest: +SKIP",
+        ]
+    )
+
+
+def _describe(
+    function: Callable, name: str, recipe: BuiltinAlgorithm, returns: type, doc: str
+) -> None:
+    """Gives ``function`` its name, module, docstring and a signature naming the config type."""
+    config = recipe.config_type | dict[str, Any] | None
+    function.__name__ = function.__qualname__ = name
+    function.__module__ = recipe.make_learner.__module__
+    function.__doc__ = doc
+    function.__annotations__ = {
+        "observation_space": gymnasium.Space,
+        "action_space": gymnasium.Space,
+        "config": config,
+        "return": returns,
+    }
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    function.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter("observation_space", kind, annotation=gymnasium.Space),
+            inspect.Parameter("action_space", kind, annotation=gymnasium.Space),
+            inspect.Parameter("config", kind, default=None, annotation=config),
+        ],
+        return_annotation=returns,
+    )

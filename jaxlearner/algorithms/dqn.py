@@ -104,7 +104,7 @@ from jaxlearner.algorithms.algorithm import (
     OffPolicyAlgorithm,
     PrioritizedReplay,
 )
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
     check_choice,
     check_layers,
@@ -114,7 +114,6 @@ from jaxlearner.algorithms.config import (
     freeze_schedule,
 )
 from jaxlearner.algorithms.networks.models import q_network
-from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.replay.off_policy import (
     TD_ERROR_LOSSES,
     check_off_policy_config,
@@ -421,40 +420,17 @@ def _act_functions(
 
 RECIPE = BuiltinAlgorithm("dqn", DQNConfig, make_learner, make_algorithm)
 """DQN's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
-register_algorithm(RECIPE, replace=True)
 
-
-def build(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: DQNConfig | dict[str, Any] | None = None,
-) -> OffPolicyAlgorithm:
-    """DQN's :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (learner, epsilon-greedy,
-    transitions).
-
-    Args:
-      observation_space: one environment's observation space.
-      action_space: a ``Discrete`` space (a ``start`` offset is added to the
-        actions sent to the environment; the index is trained on).
-      config: a :class:`DQNConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: for an action space that is not ``Discrete``.
-
-    Example:
-      >>> algorithm = jl.algorithms.build(
-      ...     "dqn", env.observation_space, env.action_space)  # doctest: +SKIP
-    """
-    return RECIPE.build(observation_space, action_space, config)
-
-
-def dqn(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: DQNConfig | dict[str, Any] | None = None,
-) -> Learner:
-    """A DQN :class:`~jaxlearner.Learner` for the two spaces.
+build, dqn = register_builtin(
+    RECIPE,
+    OffPolicyAlgorithm,
+    parts="learner, epsilon-greedy, transitions",
+    action_space=(
+        "a ``Discrete`` space (a ``start`` offset is added to the actions sent to the "
+        "environment; the index is trained on)."
+    ),
+    type_error="for an action space that is not ``Discrete``.",
+    doc="""A DQN :class:`~jaxlearner.Learner` for the two spaces.
 
     The learner has one module, ``"default_policy"``, trains on whole
     replay batches (one gradient step per ``update``) and knows its batch
@@ -465,5 +441,5 @@ def dqn(
       >>> env = gym.make("CartPole-v1")
       >>> learner = jl.algorithms.dqn(env.observation_space, env.action_space, {"lr": 1e-3})
       >>> state = learner.init(jax.random.key(0))
-    """
-    return RECIPE.learner(observation_space, action_space, config)
+    """,
+)

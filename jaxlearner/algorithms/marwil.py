@@ -55,7 +55,7 @@ import numpy as np
 import optax
 
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm, RowsFn
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
     check_activation,
     check_fraction,
@@ -70,7 +70,6 @@ from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.offline import returns_to_go
-from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.core.additional_updates import AdditionalUpdate
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -354,44 +353,17 @@ def make_act(
 
 RECIPE = BuiltinAlgorithm("marwil", MARWILConfig, make_learner, make_algorithm)
 """MARWIL's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
-register_algorithm(RECIPE, replace=True)
 
-
-def build(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: MARWILConfig | dict[str, Any] | None = None,
-) -> OfflineAlgorithm:
-    """MARWIL's :class:`~jaxlearner.algorithms.OfflineAlgorithm` (learner, act and rows).
-
-    Args:
-      observation_space: one environment's observation space.
-      action_space: one environment's action space (``Discrete``,
-        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
-      config: a :class:`MARWILConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: on unsupported spaces.
-
-    Example:
-      >>> algorithm = jl.algorithms.build(
-      ...     "marwil", env.observation_space, env.action_space)  # doctest: +SKIP
-    """
-    return RECIPE.build(observation_space, action_space, config)
-
-
-def marwil(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: MARWILConfig | dict[str, Any] | None = None,
-) -> Learner:
-    """A MARWIL :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
+build, marwil = register_builtin(
+    RECIPE,
+    OfflineAlgorithm,
+    parts="learner, act and rows",
+    doc="""A MARWIL :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
 
     Example:
       >>> import gymnasium as gym, jax, jaxlearner as jl
       >>> env = gym.make("CartPole-v1")
       >>> learner = jl.algorithms.marwil(env.observation_space, env.action_space, {"beta": 0.5})
       >>> state = learner.init(jax.random.key(0))
-    """
-    return RECIPE.learner(observation_space, action_space, config)
+    """,
+)

@@ -71,7 +71,7 @@ from jaxlearner.algorithms.algorithm import (
     PostprocessFn,
     RecurrentAct,
 )
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
     check_activation,
     check_fraction,
@@ -87,7 +87,6 @@ from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import ppo_loss, recurrent_ppo_loss
-from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
@@ -451,39 +450,12 @@ def _rollout_steps(config: PPOConfig, num_envs: int) -> int:
 
 RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
 """PPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
-register_algorithm(RECIPE, replace=True)
 
-
-def build(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: PPOConfig | dict[str, Any] | None = None,
-) -> OnPolicyAlgorithm:
-    """PPO's :class:`~jaxlearner.algorithms.OnPolicyAlgorithm` (learner, act and postprocess).
-
-    Args:
-      observation_space: one environment's observation space.
-      action_space: one environment's action space (``Discrete``,
-        ``MultiDiscrete``, ``MultiBinary`` or 1-D ``Box``).
-      config: a :class:`PPOConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: on unsupported spaces.
-
-    Example:
-      >>> algorithm = jl.algorithms.build(
-      ...     "ppo", env.observation_space, env.action_space)  # doctest: +SKIP
-    """
-    return RECIPE.build(observation_space, action_space, config)
-
-
-def ppo(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: PPOConfig | dict[str, Any] | None = None,
-) -> Learner:
-    """A PPO :class:`~jaxlearner.Learner` for the two spaces.
+build, ppo = register_builtin(
+    RECIPE,
+    OnPolicyAlgorithm,
+    parts="learner, act and postprocess",
+    doc="""A PPO :class:`~jaxlearner.Learner` for the two spaces.
 
     The learner has one module, ``"default_policy"``, and knows its batch
     layout, so ``learner.init(key)`` needs no sample batch.
@@ -493,8 +465,8 @@ def ppo(
       >>> env = gym.make("CartPole-v1")
       >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space, {"lr": 3e-4})
       >>> state = learner.init(jax.random.key(0))
-    """
-    return RECIPE.learner(observation_space, action_space, config)
+    """,
+)
 
 
 def _batch_layout(observation_space: gymnasium.Space, distribution: DistributionSpec) -> dict:

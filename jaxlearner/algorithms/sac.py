@@ -67,7 +67,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium
 import jax
@@ -75,12 +74,11 @@ import jax.numpy as jnp
 import optax
 
 from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm, PrioritizedReplay
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import check_positive, check_schedule, freeze_schedule
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
-from jaxlearner.algorithms.registry import register_algorithm
 from jaxlearner.algorithms.replay.off_policy import (
     check_off_policy_config,
     replay_layout,
@@ -315,41 +313,17 @@ def _act(model: SACNetworks, start: int) -> Callable:
 
 RECIPE = BuiltinAlgorithm("sac", SACConfig, make_learner, make_algorithm)
 """SAC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
-register_algorithm(RECIPE, replace=True)
 
-
-def build(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: SACConfig | dict[str, Any] | None = None,
-) -> OffPolicyAlgorithm:
-    """SAC's :class:`~jaxlearner.algorithms.OffPolicyAlgorithm` (learner, act functions,
-    transitions).
-
-    Args:
-      observation_space: one environment's observation space.
-      action_space: a bounded 1-D ``Box`` (tanh-Gaussian actor) or a
-        ``Discrete`` (categorical actor; a ``start`` offset is added to the
-        actions sent to the environment).
-      config: a :class:`SACConfig`, a dict of its fields, or ``None``.
-
-    Raises:
-      ValueError: on unknown config fields (valid names listed) or invalid values.
-      TypeError: for other action spaces.
-
-    Example:
-      >>> algorithm = jl.algorithms.build(
-      ...     "sac", env.observation_space, env.action_space)  # doctest: +SKIP
-    """
-    return RECIPE.build(observation_space, action_space, config)
-
-
-def sac(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: SACConfig | dict[str, Any] | None = None,
-) -> Learner:
-    """A SAC :class:`~jaxlearner.Learner` for the two spaces.
+build, sac = register_builtin(
+    RECIPE,
+    OffPolicyAlgorithm,
+    parts="learner, act functions, transitions",
+    action_space=(
+        "a bounded 1-D ``Box`` (tanh-Gaussian actor) or a ``Discrete`` (categorical actor; "
+        "a ``start`` offset is added to the actions sent to the environment)."
+    ),
+    type_error="for other action spaces.",
+    doc="""A SAC :class:`~jaxlearner.Learner` for the two spaces.
 
     The learner has one module, ``"default_policy"``, with optimizers
     ``actor``, ``critic`` and ``temperature``; it trains on whole replay
@@ -361,5 +335,5 @@ def sac(
       >>> env = gym.make("Pendulum-v1")
       >>> learner = jl.algorithms.sac(env.observation_space, env.action_space)
       >>> state = learner.init(jax.random.key(0))
-    """
-    return RECIPE.learner(observation_space, action_space, config)
+    """,
+)
