@@ -19,8 +19,14 @@ import pytest
 
 import jaxlearner as jl
 from jaxlearner.algorithms import OfflineAlgorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
-from jaxlearner.algorithms.registry import algorithm_names, algorithm_recipe, register_algorithm
+from jaxlearner.algorithms.builtin import (
+    BuiltinAlgorithm,
+    algorithm_names,
+    algorithm_recipe,
+    recipe_json,
+    register_algorithm,
+    register_builtin,
+)
 from jaxlearner.core import registry as core_registry
 
 

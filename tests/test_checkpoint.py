@@ -646,7 +646,7 @@ def test_registry_validation(toy_recipe):
 def test_built_in_algorithms_and_user_recipes_share_one_registry(toy_recipe):
     import gymnasium as gym
 
-    from jaxlearner.algorithms.registry import AlgorithmRecipe, algorithm_names, algorithm_recipe
+    from jaxlearner.algorithms.builtin import AlgorithmRecipe, algorithm_names, algorithm_recipe
 
     assert {"ppo", "dqn", "sac", "toy_regression"} <= set(registered_recipes())
     assert set(algorithm_names()) >= {"ppo", "dqn", "sac"}

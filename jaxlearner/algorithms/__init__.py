@@ -3,7 +3,7 @@
 Each algorithm is a typed config plus a
 :class:`~jaxlearner.algorithms.builtin.BuiltinAlgorithm` entry (``ppo.RECIPE``,
 ...) that registers itself in the algorithm registry
-(:mod:`jaxlearner.algorithms.registry`, over the one recipe registry of
+(:mod:`jaxlearner.algorithms.builtin`, over the one recipe registry of
 :mod:`jaxlearner.core.registry`) where it is defined; it makes its learner, its
 algorithm, or the algorithm around an existing learner. An
 algorithm that collects its own experience is of one of two kinds: an
@@ -45,17 +45,17 @@ from jaxlearner.algorithms.algorithm import (
 )
 from jaxlearner.algorithms.appo import APPOConfig, appo, appo_loss
 from jaxlearner.algorithms.bc import BCConfig, bc, bc_loss
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm
-from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
-from jaxlearner.algorithms.marwil import MARWILConfig, marwil, marwil_loss
-from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
-from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
-from jaxlearner.algorithms.registry import (
+from jaxlearner.algorithms.builtin import (
     AlgorithmRecipe,
+    BuiltinAlgorithm,
     algorithm_names,
     algorithm_recipe,
     register_algorithm,
 )
+from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
+from jaxlearner.algorithms.marwil import MARWILConfig, marwil, marwil_loss
+from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
+from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe

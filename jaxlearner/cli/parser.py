@@ -23,7 +23,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import NoReturn
 
-from jaxlearner.algorithms.registry import algorithm_names, algorithm_recipe
+from jaxlearner.algorithms.builtin import algorithm_names, algorithm_recipe
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import (
     MAX_SEED,

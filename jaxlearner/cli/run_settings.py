@@ -17,8 +17,8 @@ from typing import Any, TypeGuard
 import gymnasium as gym
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm, OfflineAlgorithm
+from jaxlearner.algorithms.builtin import algorithm_names, algorithm_recipe
 from jaxlearner.algorithms.config import parse_overrides
-from jaxlearner.algorithms.registry import algorithm_names, algorithm_recipe
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import Devices, TrainOptions, parse_devices

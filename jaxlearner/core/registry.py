@@ -11,7 +11,7 @@ script.
 The registry maps each name to a builder ``recipe -> Learner``, registered
 once. Your own recipes are plain functions (:func:`register_recipe`). The
 built-in algorithms register richer builders into the same registry
-(:mod:`jaxlearner.algorithms.registry`): the core knows none of them and
+(:mod:`jaxlearner.algorithms.builtin`): the core knows none of them and
 imports no algorithm. They register themselves when
 :mod:`jaxlearner.algorithms` is imported; ``import jaxlearner`` adds a
 :func:`register_recipe_loader` that does so the first time the registry is
@@ -48,7 +48,7 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
       builder: ``builder(recipe) -> jl.Learner``. It gets a fresh copy of the
         whole recipe and should return a learner carrying the same recipe, so
         its checkpoints can be restored in turn. An
-        :class:`~jaxlearner.algorithms.registry.AlgorithmRecipe` (as the
+        :class:`~jaxlearner.algorithms.builtin.AlgorithmRecipe` (as the
         built-in algorithms register) also serves
         ``jl.algorithms.build``, ``jl.algorithms.algorithm_for`` and the
         :class:`~jaxlearner.Trainer`.
