@@ -83,6 +83,7 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
+from jaxlearner.algorithms.networks.acting import policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic
@@ -374,10 +375,7 @@ def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Cal
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         dist_inputs, _ = model.apply(module.params, obs)
-        policy = make_distribution(distribution, dist_inputs)
-        actions = policy.mode() if deterministic else policy.sample(key)
-        env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
-        return env_actions, {"actions": actions, "logp": policy.log_prob(actions)}
+        return policy_actions(distribution, box, dist_inputs, key, deterministic)
 
     return act
 

@@ -81,7 +81,8 @@ from jaxlearner.algorithms.config import (
     check_schedule,
     freeze_schedule,
 )
-from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.acting import policy_actions
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
@@ -322,33 +323,15 @@ def make_algorithm(
     )
 
 
-def _sample(
-    distribution: DistributionSpec,
-    box: tuple | None,
-    dist_inputs: jax.Array,
-    values: jax.Array,
-    key: jax.Array,
-    deterministic: bool,
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """A sample (or the mode), clipped to a ``Box``; extras ``actions`` (unclipped), ``logp``,
-    ``vf_preds`` and ``dist_inputs``."""
-    policy = make_distribution(distribution, dist_inputs)
-    actions = policy.mode() if deterministic else policy.sample(key)
-    env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
-    return env_actions, {
-        "actions": actions,
-        "logp": policy.log_prob(actions),
-        "vf_preds": values,
-        "dist_inputs": dist_inputs,
-    }
-
-
 def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
-    """``act(module, obs, key, deterministic) -> (env_actions, extras)``; see :func:`_sample`."""
+    """``act(module, obs, key, deterministic) -> (env_actions, extras)``: extras ``actions``
+    (unclipped) and ``logp`` (:func:`~jaxlearner.algorithms.networks.acting.policy_actions`),
+    ``vf_preds`` and ``dist_inputs``."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         dist_inputs, values = model.apply(module.params, obs)
-        return _sample(distribution, box, dist_inputs, values, key, deterministic)
+        env_actions, extras = policy_actions(distribution, box, dist_inputs, key, deterministic)
+        return env_actions, {**extras, "vf_preds": values, "dist_inputs": dist_inputs}
 
     return act
 
@@ -363,7 +346,8 @@ def _recurrent_act(model: Model, distribution: DistributionSpec, box: tuple | No
     def act(module, carry, obs, is_first, key, deterministic: bool):
         is_first = jnp.asarray(is_first, jnp.bool_)
         next_carry, (dist_inputs, values) = model.apply(module.params, carry, obs, is_first)
-        env_actions, extras = _sample(distribution, box, dist_inputs, values, key, deterministic)
+        env_actions, extras = policy_actions(distribution, box, dist_inputs, key, deterministic)
+        extras = {**extras, "vf_preds": values, "dist_inputs": dist_inputs}
         return env_actions, {**extras, "state_in": carry, "is_first": is_first}, next_carry
 
     return act
