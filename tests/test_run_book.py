@@ -3,6 +3,7 @@
 import dataclasses
 
 import flax.linen as nn
+import gymnasium as gym
 import jax
 import numpy as np
 import optax
@@ -10,6 +11,7 @@ import pytest
 from helpers import ListWriter, mse_loss, regression_batch
 
 import jaxlearner as jl
+from jaxlearner.training.datasets import record_episodes
 from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.trainer import TrainerCounters
 
@@ -149,3 +151,19 @@ def test_close_closes_the_writers_and_counters_must_be_a_dataclass():
         RunBook({"iteration": 0}, owner="Trainer")
     with pytest.raises(TypeError, match="got type"):
         RunBook(Counters, owner="Trainer")
+
+
+def test_a_trainers_counters_and_history_can_still_be_replaced():
+    """Before the trainers held a book these were plain attributes; assigning them still works."""
+    cartpole = gym.make("CartPole-v1")
+    config = {"hidden_sizes": (4,), "train_batch_size": 8}
+    algorithm = jl.algorithms.build("bc", cartpole.observation_space, cartpole.action_space, config)
+    module = algorithm.learner.init(jax.random.key(0)).modules["default_policy"]
+    dataset = record_episodes(algorithm.explore, module, "CartPole-v1", 2, num_envs=2, seed=1)
+    trainer = jl.OfflineTrainer(algorithm, dataset, eval_episodes=1, progress=False)
+    trainer.step()
+    trainer.counters = TrainerCounters(iteration=5)
+    trainer.history = []
+    stats = trainer.step()
+    assert stats["iteration"] == 6.0 and stats["env_steps"] == trainer.rows_per_iteration
+    assert trainer.history == [stats] and trainer.counters.iteration == 6

@@ -214,11 +214,19 @@ class MultiAgentTrainer:
         returns per agent (:class:`MultiAgentCounters`)."""
         return self._book.counters
 
+    @counters.setter
+    def counters(self, counters: MultiAgentCounters) -> None:
+        self._book.counters = counters
+
     @property
     def history(self) -> list[dict[str, float]]:
         """Each iteration's stats, per policy and per agent, with the evaluations of
         :meth:`run` joined; saved with checkpoints."""
         return self._book.history
+
+    @history.setter
+    def history(self, history: list[dict[str, float]]) -> None:
+        self._book.history = history
 
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done (sets a flag only,

@@ -174,11 +174,19 @@ class OfflineTrainer:
         ``env_steps``; no episodes are played, so the episode counters stay empty."""
         return self._book.counters
 
+    @counters.setter
+    def counters(self, counters: TrainerCounters) -> None:
+        self._book.counters = counters
+
     @property
     def history(self) -> list[dict[str, float]]:
         """Each iteration's stats with the evaluations of :meth:`run` joined (as
         ``"eval/..."``); saved with checkpoints."""
         return self._book.history
+
+    @history.setter
+    def history(self, history: list[dict[str, float]]) -> None:
+        self._book.history = history
 
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done (signal-safe)."""

@@ -193,11 +193,19 @@ class Trainer:
         lengths of the last 100 episodes; checkpoints keep it."""
         return self._book.counters
 
+    @counters.setter
+    def counters(self, counters: TrainerCounters) -> None:
+        self._book.counters = counters
+
     @property
     def history(self) -> list[dict[str, float]]:
         """The dicts :meth:`step` returned, with :meth:`run`'s evaluations joined as
         ``"eval/..."``; stop conditions such as ``Plateau`` read it, checkpoints keep it."""
         return self._book.history
+
+    @history.setter
+    def history(self, history: list[dict[str, float]]) -> None:
+        self._book.history = history
 
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done.
