@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, final
@@ -51,7 +50,6 @@ from jaxlearner.algorithms.multi_agent_ppo import (
     policies_of,
     with_policies_to_train,
 )
-from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe
@@ -66,7 +64,7 @@ from jaxlearner.training.policy_mapping import (
     check_agent_spaces,
     policy_spaces,
 )
-from jaxlearner.training.run_loop import run_loop
+from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.stop_conditions import StopCondition
 
 __all__ = [
@@ -169,14 +167,16 @@ class MultiAgentTrainer:
         self._postprocess = jax.jit(_joint_postprocess(self._algorithms, self._trained))
         self._eval_runners: dict[int, MultiAgentEnvRunner] = {}
         self._eval_episodes = eval_episodes
-        self._writers = tuple(writers)
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
         self._state = learner.init(init_key) if state is None else learner.placement.put(state)
-        self.counters = MultiAgentCounters()
-        self.history: list[dict[str, float]] = []
-        self._progress_enabled = progress
-        self._stop_requested = False
+        self._book = RunBook(
+            MultiAgentCounters(),
+            owner="MultiAgentTrainer",
+            counters_key="multi_agent_trainer",
+            writers=writers,
+            progress=progress,
+        )
 
     @property
     def learner(self) -> Learner:
@@ -205,18 +205,38 @@ class MultiAgentTrainer:
 
     @property
     def runner(self) -> MultiAgentEnvRunner:
-        """The training env runner."""
+        """The runner stepping the ``num_envs`` training env copies."""
         return self._runner
+
+    @property
+    def counters(self) -> MultiAgentCounters:
+        """The run's progress, with ``agent_steps`` per policy and each recent episode's
+        returns per agent (:class:`MultiAgentCounters`)."""
+        return self._book.counters
+
+    @counters.setter
+    def counters(self, counters: MultiAgentCounters) -> None:
+        self._book.counters = counters
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        """Each iteration's stats, per policy and per agent, with the evaluations of
+        :meth:`run` joined; saved with checkpoints."""
+        return self._book.history
+
+    @history.setter
+    def history(self, history: list[dict[str, float]]) -> None:
+        self._book.history = history
 
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done (sets a flag only,
         so a signal handler may call it)."""
-        self._stop_requested = True
+        self._book.request_stop()
 
     @property
     def stop_requested(self) -> bool:
         """Whether :meth:`request_stop` was called since :meth:`run` last started."""
-        return self._stop_requested
+        return self._book.stop_requested
 
     def _modules(self) -> dict[str, Any]:
         modules = self._learner.placement.get(self._state).modules
@@ -266,7 +286,7 @@ class MultiAgentTrainer:
             **episode_stats(counters, self._groups),
             **learner_metrics,
         }
-        self._record(stats)
+        self._book.record(stats)
         return stats
 
     def eval(self, deterministic: bool = True, episodes: int | None = None) -> dict[str, float]:
@@ -332,16 +352,7 @@ class MultiAgentTrainer:
         Example:
           >>> trainer.run([jl.RewardBound(-8.0)], steps_per_eval=2_000)  # doctest: +SKIP
         """
-        self._stop_requested = False
-        return run_loop(
-            self,
-            self._writers,
-            stop_conditions,
-            steps_per_eval,
-            max_iterations,
-            on_iteration,
-            self._progress_enabled,
-        )
+        return self._book.run(self, stop_conditions, steps_per_eval, max_iterations, on_iteration)
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves the learner state (every policy's module), counters, history, key and envs.
@@ -352,24 +363,9 @@ class MultiAgentTrainer:
         Example:
           >>> trainer.save(jl.CheckpointManager("runs/spread"))          # doctest: +SKIP
         """
-        step = self.counters.iteration
-        if metrics is None:
-            metrics = self.history[-1] if self.history else {}
-        extra = {
-            "multi_agent_trainer": dataclasses.asdict(self.counters),
-            "history": checkpoint_metadata.history_to_json(self.history),
-            "runner": self._runner.get_state(),
-            "groups": self.groups,
-        }
-        checkpoint.save(
-            step,
-            self._state,
-            self._learner,
-            metrics=dict(metrics),
-            extra=extra,
-            extra_arrays={"key": jax.random.key_data(self._key)},
-        )
-        return step
+        extra = {"runner": self._runner.get_state(), "groups": self.groups}
+        arrays = {"key": jax.random.key_data(self._key)}
+        return self._book.save(checkpoint, self._state, self._learner, extra, arrays, metrics)
 
     def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
         """Continues from a step saved by :meth:`save` (default: the latest).
@@ -383,18 +379,10 @@ class MultiAgentTrainer:
             its policies' modules differ from this learner's (see
             :meth:`~jaxlearner.CheckpointManager.restore`).
         """
-        state = checkpoint.restore(self._learner, step)
-        extra, arrays = checkpoint.restore_extra(step)
-        if not isinstance(extra, dict) or "multi_agent_trainer" not in extra or arrays is None:
-            raise ValueError(
-                "This checkpoint step holds no multi-agent trainer state; restore the learner "
-                "with checkpoint.restore(learner) and pass state= instead."
-            )
-        self._state = state
-        self.counters = MultiAgentCounters(**extra["multi_agent_trainer"])
-        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
-        self._runner.set_state(extra["runner"])
-        self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
+        restored = self._book.restore(checkpoint, self._learner, step)
+        self._state = restored.state
+        self._runner.set_state(restored.extra["runner"])
+        self._key = jax.random.wrap_key_data(jax.numpy.asarray(restored.arrays["key"]))
 
     def load_policy(
         self,
@@ -444,18 +432,12 @@ class MultiAgentTrainer:
         state = state.replace(modules={**state.modules, into: saved})
         self._state = self._learner.placement.put(state)
 
-    def _record(self, stats: dict[str, float]) -> None:
-        self.history.append(stats)
-        for writer in self._writers:
-            writer.write(self.counters.iteration, stats)
-
     def close(self) -> None:
         """Closes the environments and the writers."""
         self._runner.close()
         for runner in self._eval_runners.values():
             runner.close()
-        for writer in self._writers:
-            writer.close()
+        self._book.close()
 
 
 def _signature(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:

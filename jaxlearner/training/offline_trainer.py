@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +36,6 @@ import numpy as np
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
 from jaxlearner.algorithms.offline import make_offline_updates, updates_per_iteration
-from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
@@ -45,7 +43,7 @@ from jaxlearner.core.state import LearnerState
 from jaxlearner.training.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
 from jaxlearner.training.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_loop import run_loop
+from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.trainer import TrainerCounters
 
@@ -145,20 +143,18 @@ class OfflineTrainer:
         self._updates = jax.jit(
             make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
         )
-        self._writers = tuple(writers)
-        self._progress_enabled = progress
-        self.counters = TrainerCounters()
-        self.history: list[dict[str, float]] = []
-        self._stop_requested = False
+        self._book = RunBook(
+            TrainerCounters(), owner="OfflineTrainer", writers=writers, progress=progress
+        )
 
     @property
     def algorithm(self) -> OfflineAlgorithm:
-        """The algorithm being trained."""
+        """The offline algorithm being trained (bc, marwil)."""
         return self._algorithm
 
     @property
     def learner(self) -> Learner:
-        """The learner being trained."""
+        """The offline algorithm's learner."""
         return self._algorithm.learner
 
     @property
@@ -176,14 +172,34 @@ class OfflineTrainer:
         """Rows trained on per :meth:`step`: updates times ``train_batch_size``."""
         return self._updates_count * self._algorithm.train_batch_size
 
+    @property
+    def counters(self) -> TrainerCounters:
+        """The run's progress: iterations, seconds and the dataset rows trained on, counted as
+        ``env_steps``; no episodes are played, so the episode counters stay empty."""
+        return self._book.counters
+
+    @counters.setter
+    def counters(self, counters: TrainerCounters) -> None:
+        self._book.counters = counters
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        """Each iteration's stats with the evaluations of :meth:`run` joined (as
+        ``"eval/..."``); saved with checkpoints."""
+        return self._book.history
+
+    @history.setter
+    def history(self, history: list[dict[str, float]]) -> None:
+        self._book.history = history
+
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done (signal-safe)."""
-        self._stop_requested = True
+        self._book.request_stop()
 
     @property
     def stop_requested(self) -> bool:
         """Whether :meth:`request_stop` was called since :meth:`run` last started."""
-        return self._stop_requested
+        return self._book.stop_requested
 
     def step(self) -> dict[str, float]:
         """One iteration: :attr:`rows_per_iteration` rows in gradient updates of one batch each.
@@ -210,9 +226,7 @@ class OfflineTrainer:
             "time_total_s": counters.time_total_s,
             **learner_metrics,
         }
-        self.history.append(stats)
-        for writer in self._writers:
-            writer.write(counters.iteration, stats)
+        self._book.record(stats)
         return stats
 
     def eval(self, deterministic: bool = True) -> dict[str, float]:
@@ -249,16 +263,7 @@ class OfflineTrainer:
         Raises:
           ValueError: when there is neither a stop condition nor ``max_iterations``.
         """
-        self._stop_requested = False
-        return run_loop(
-            self,
-            self._writers,
-            stop_conditions,
-            steps_per_eval,
-            max_iterations,
-            on_iteration,
-            self._progress_enabled,
-        )
+        return self._book.run(self, stop_conditions, steps_per_eval, max_iterations, on_iteration)
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves the learner state, counters, history, key and seed; returns the step (the
@@ -266,12 +271,7 @@ class OfflineTrainer:
 
         The dataset is not copied: the checkpoint records its size and source.
         """
-        step = self.counters.iteration
-        if metrics is None:
-            metrics = self.history[-1] if self.history else {}
         extra = {
-            "trainer": dataclasses.asdict(self.counters),
-            "history": checkpoint_metadata.history_to_json(self.history),
             "seed": self._seed,
             "dataset": {
                 "num_steps": self._dataset.num_steps,
@@ -281,10 +281,7 @@ class OfflineTrainer:
             },
         }
         arrays = {"key": jax.random.key_data(self._key)}
-        checkpoint.save(
-            step, self._state, self.learner, metrics=dict(metrics), extra=extra, extra_arrays=arrays
-        )
-        return step
+        return self._book.save(checkpoint, self._state, self.learner, extra, arrays, metrics)
 
     def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
         """Continues from a step saved by :meth:`save` (default: the latest).
@@ -293,30 +290,23 @@ class OfflineTrainer:
           ValueError: when the step holds no offline trainer's state, or was
             trained on a dataset of another size.
         """
-        state = checkpoint.restore(self.learner, step)
-        extra, arrays = checkpoint.restore_extra(step)
-        if not isinstance(extra, dict) or "trainer" not in extra or arrays is None:
-            raise ValueError(
-                "This checkpoint step holds a learner state but no trainer state; restore it "
-                "with checkpoint.restore(learner) and pass state= to the OfflineTrainer instead."
-            )
+        restored = self._book.restore(checkpoint, self.learner, step, self._check_dataset)
+        self._state = restored.state
+        self._key = jax.random.wrap_key_data(np.asarray(restored.arrays["key"]))
+        self._seed = int(restored.extra.get("seed", self._seed))  # evaluations reset from it
+
+    def _check_dataset(self, extra: Mapping[str, Any]) -> None:
         saved_rows = extra.get("dataset", {}).get("num_steps")
         if saved_rows is not None and saved_rows != self._dataset.num_steps:
             raise ValueError(
                 f"The checkpoint was trained on a dataset of {saved_rows} steps; this one holds "
                 f"{self._dataset.num_steps}. Resume with the same dataset."
             )
-        self._state = state
-        self.counters = TrainerCounters(**extra["trainer"])
-        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
-        self._key = jax.random.wrap_key_data(np.asarray(arrays["key"]))
-        self._seed = int(extra.get("seed", self._seed))  # evaluations reset from it
 
     def close(self) -> None:
         """Closes the evaluation environments and the writers."""
         self._eval_runner.close()
-        for writer in self._writers:
-            writer.close()
+        self._book.close()
 
 
 def _as_experience(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -35,7 +35,6 @@ from jaxlearner.algorithms import (
 )
 from jaxlearner.algorithms.networks.spaces import check_recipe_spaces
 from jaxlearner.algorithms.replay import replay_buffer
-from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
@@ -43,7 +42,7 @@ from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_loop import run_loop
+from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.stop_conditions import StopCondition
 
 RECENT_EPISODES = 100
@@ -155,17 +154,13 @@ class Trainer:
         self._behaviour_params: collections.deque[Any] = collections.deque(maxlen=lag + 1)
         self._eval_episodes = eval_episodes
         self._eval_runners: dict[str, EnvRunner] = {}
-        self._writers = tuple(writers)
-        self._progress_enabled = progress
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
         # learner.init places its state; a state given from elsewhere is placed here.
         self._state = (
             self.learner.init(init_key) if state is None else self.learner.placement.put(state)
         )
-        self.counters = TrainerCounters()
-        self.history: list[dict[str, float]] = []
-        self._stop_requested = False
+        self._book = RunBook(TrainerCounters(), owner="Trainer", writers=writers, progress=progress)
 
     @property
     def algorithm(self) -> Algorithm:
@@ -192,6 +187,26 @@ class Trainer:
         """The training env runner."""
         return self._runner
 
+    @property
+    def counters(self) -> TrainerCounters:
+        """The run's progress: iterations, env steps, episodes, seconds and the returns and
+        lengths of the last 100 episodes; checkpoints keep it."""
+        return self._book.counters
+
+    @counters.setter
+    def counters(self, counters: TrainerCounters) -> None:
+        self._book.counters = counters
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        """The dicts :meth:`step` returned, with :meth:`run`'s evaluations joined as
+        ``"eval/..."``; stop conditions such as ``Plateau`` read it, checkpoints keep it."""
+        return self._book.history
+
+    @history.setter
+    def history(self, history: list[dict[str, float]]) -> None:
+        self._book.history = history
+
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done.
 
@@ -201,12 +216,12 @@ class Trainer:
         Example:
           >>> signal.signal(signal.SIGINT, lambda *_: trainer.request_stop())  # doctest: +SKIP
         """
-        self._stop_requested = True
+        self._book.request_stop()
 
     @property
     def stop_requested(self) -> bool:
         """Whether :meth:`request_stop` was called since :meth:`run` last started."""
-        return self._stop_requested
+        return self._book.stop_requested
 
     def _module_state(self) -> ModuleState:
         state = self.learner.placement.get(self._state)
@@ -259,7 +274,7 @@ class Trainer:
             **_episode_stats(counters),
             **learner_metrics,
         }
-        self._record(stats)
+        self._book.record(stats)
         return stats
 
     def eval(
@@ -325,16 +340,7 @@ class Trainer:
         Raises:
           ValueError: when there is neither a stop condition nor ``max_iterations``.
         """
-        self._stop_requested = False
-        return run_loop(
-            self,
-            self._writers,
-            stop_conditions,
-            steps_per_eval,
-            max_iterations,
-            on_iteration,
-            self._progress_enabled,
-        )
+        return self._book.run(self, stop_conditions, steps_per_eval, max_iterations, on_iteration)
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves everything needed to continue exactly: learner state, counters, env
@@ -352,24 +358,12 @@ class Trainer:
           >>> ckpt = jl.CheckpointManager("runs/ppo")                   # doctest: +SKIP
           >>> trainer.save(ckpt)                                         # doctest: +SKIP
         """
-        step = self.counters.iteration
-        if metrics is None:
-            metrics = self.history[-1] if self.history else {}
         feed_extra, feed_arrays = self._feed.save()
         arrays = {"key": jax.random.key_data(self._key), **feed_arrays}
         if self._behaviour_params:
             arrays["behaviour_params"] = list(self._behaviour_params)
-        extra = {
-            "trainer": dataclasses.asdict(self.counters),
-            # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
-            "history": checkpoint_metadata.history_to_json(self.history),
-            "runner": self._runner.get_state(),
-            **feed_extra,
-        }
-        checkpoint.save(
-            step, self._state, self.learner, metrics=dict(metrics), extra=extra, extra_arrays=arrays
-        )
-        return step
+        extra = {"runner": self._runner.get_state(), **feed_extra}
+        return self._book.save(checkpoint, self._state, self.learner, extra, arrays, metrics)
 
     def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
         """Continues from a step saved by :meth:`save` (default: the latest).
@@ -383,34 +377,20 @@ class Trainer:
         Raises:
           ValueError: when the step was not saved by a trainer.
         """
-        state = checkpoint.restore(self.learner, step)
-        extra, arrays = checkpoint.restore_extra(step)
-        if not isinstance(extra, dict) or "trainer" not in extra or arrays is None:
-            raise ValueError(
-                "This checkpoint step holds a learner state but no trainer state; restore it "
-                "with checkpoint.restore(learner) and pass state= to the Trainer instead."
-            )
-        self._state = state
-        self.counters = TrainerCounters(**extra["trainer"])
-        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
-        self._runner.set_state(extra["runner"])
-        self._key = jax.random.wrap_key_data(jax.numpy.asarray(arrays["key"]))
-        self._feed.restore(extra, arrays)
+        restored = self._book.restore(checkpoint, self.learner, step)
+        self._state = restored.state
+        self._runner.set_state(restored.extra["runner"])
+        self._key = jax.random.wrap_key_data(jax.numpy.asarray(restored.arrays["key"]))
+        self._feed.restore(restored.extra, restored.arrays)
         self._behaviour_params.clear()
-        self._behaviour_params.extend(arrays.get("behaviour_params", []))
-
-    def _record(self, stats: dict[str, float]) -> None:
-        self.history.append(stats)
-        for writer in self._writers:
-            writer.write(self.counters.iteration, stats)
+        self._behaviour_params.extend(restored.arrays.get("behaviour_params", []))
 
     def close(self) -> None:
         """Closes the environments and the writers."""
         self._runner.close()
         for runner in self._eval_runners.values():
             runner.close()
-        for writer in self._writers:
-            writer.close()
+        self._book.close()
 
 
 def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
