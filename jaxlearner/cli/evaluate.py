@@ -16,7 +16,8 @@ import jax
 
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
-from jaxlearner.checkpoint.manager import CheckpointManager, restore
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.cli.options import EvalOptions, RecordOptions
 from jaxlearner.cli.run_folder import CHECKPOINTS, UsageError, check_folder_path, read_run
 from jaxlearner.core.state import LearnerState
