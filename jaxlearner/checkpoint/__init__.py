@@ -7,7 +7,7 @@ Example:
 """
 
 from jaxlearner.checkpoint.manager import CheckpointCorruptedError, CheckpointManager
-from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.checkpoint.options import CheckpointOptions
+from jaxlearner.checkpoint.rebuild import restore
 
 __all__ = ["CheckpointCorruptedError", "CheckpointManager", "CheckpointOptions", "restore"]
