@@ -9,8 +9,8 @@ half of either, whenever the writer is killed.
 An appended JSON lines file (``metrics.jsonl``) cannot be replaced per line; a run
 killed while appending leaves a partial last line. :func:`read_json_lines` skips such a
 torn last line with a one-line notice and refuses a damaged line before it, naming the
-file and the line; :func:`drop_torn_tail` cuts the torn line off before a resumed run
-appends again.
+file and the line; a resumed run rewrites the file without it (with :func:`write_atomic`)
+before it appends again.
 
 Example:
   >>> import pathlib, tempfile
@@ -105,29 +105,6 @@ def read_json_lines(
             "writing it)"
         )
     return records
-
-
-def drop_torn_tail(path: str | os.PathLike[str]) -> bool:
-    """Cuts a torn last line off a JSON lines file before more lines are appended to it.
-
-    A last line that parses but lost its newline gets the newline back. Nothing else
-    changes.
-
-    Returns:
-      Whether the file was changed.
-
-    Raises:
-      JSONLinesError: for a damaged line before the last (see :func:`read_json_lines`).
-    """
-    target = pathlib.Path(path)
-    text = target.read_text(encoding="utf-8", errors="replace")
-    _, torn = _parse(target, text)
-    if torn is None and (not text or text.endswith("\n")):
-        return False
-    lines = text.splitlines(keepends=True)
-    kept = lines[: torn - 1] if torn is not None else lines
-    write_atomic(target, "".join(line if line.endswith("\n") else line + "\n" for line in kept))
-    return True
 
 
 def _parse(path: pathlib.Path, text: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
