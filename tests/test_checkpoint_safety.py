@@ -201,3 +201,35 @@ def test_the_lock_file_is_json_and_not_a_step(tmp_path):
         ckpt.save(1, state, learner)
         assert (tmp_path / LOCK_FILE).read_text() == f'{{"pid": {os.getpid()}}}'
         assert ckpt.all_steps() == (1,)
+
+
+@pytest.mark.slow
+def test_resident_memory_stays_flat_over_many_saves(tmp_path):
+    # orbax's per-save byte count leaked tensorstore's metric objects: 30-65 MB of resident
+    # memory per 1,000 saves of this state. What is left, orbax's and tensorstore's own
+    # caches, measured 10-15 MB; the bound is generous, for a busy machine.
+    result = python(
+        f"""
+        page = os.sysconf("SC_PAGE_SIZE")
+        def rss_mb():
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * page / 1e6
+        with jl.CheckpointManager({str(tmp_path)!r}, max_to_keep=2) as ckpt:
+            for step in range(1, 101):  # warm-up: compilation, open files, caches
+                ckpt.save(step, state, learner)
+            points = []
+            for i in range(801):
+                if i % 100 == 0:
+                    ckpt.wait_until_finished()
+                    points.append((i, rss_mb()))
+                ckpt.save(101 + i, state, learner)
+        mean_x = sum(x for x, _ in points) / len(points)
+        mean_y = sum(y for _, y in points) / len(points)
+        covariance = sum((x - mean_x) * (y - mean_y) for x, y in points)
+        print(1000 * covariance / sum((x - mean_x) ** 2 for x, _ in points))
+        """,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    per_1000_saves = float(result.stdout.split()[-1])
+    assert per_1000_saves < 25, f"{per_1000_saves:.1f} MB of resident memory per 1,000 saves"

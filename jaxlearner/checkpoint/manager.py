@@ -44,6 +44,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.futures import future as orbax_future
 from orbax.checkpoint._src.futures import synchronization as orbax_sync
+from orbax.checkpoint._src.serialization import tensorstore_utils as orbax_tensorstore
 
 from jaxlearner.checkpoint.integrity import (
     CheckpointCorruptedError,
@@ -105,7 +106,7 @@ class CheckpointManager:
         self._directory = resolve_directory(directory)
         self._failure: BaseException | None = None
         self._operation: str | None = None
-        quiet_orbax_failures()
+        quiet_orbax_failures(orbax_tensorstore)
         writable = "://" not in self._directory and not self._options.read_only
         self._lock = FolderLock(self._directory, "jl.CheckpointManager") if writable else None
         # Free: this manager writes here, and cleans up partial saves; busy: it only reads.
@@ -168,8 +169,7 @@ class CheckpointManager:
     def wait_until_finished(self) -> None:
         """Blocks until an asynchronous save is written; raises its error if it failed.
 
-        After a failure, orbax's background threads of that save are let go, so the
-        process can still exit.
+        After a failure, orbax's threads of that save are let go (the process can exit).
 
         Example:
           >>> ckpt.save(step, state, learner)  # returns once arrays left the device
