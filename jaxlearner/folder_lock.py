@@ -6,7 +6,8 @@ file :data:`LOCK_FILE` inside the folder; the file records the owner's pid (as J
 so a refused writer can name it. The operating system drops the lock when the owner
 closes it or its process ends (a crash, ``kill -9``, running out of memory), so a lock
 is never stale. The lock is per open file: a second :class:`FolderLock` on the same
-folder is refused in the same process too.
+folder is refused in the same process too. On a file system without locks (some
+network file systems answer ``ENOLCK``), nothing is locked and nothing is refused.
 
 Example:
   >>> import tempfile
@@ -86,6 +87,8 @@ class FolderLock:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
             os.close(descriptor)
+            if error.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return self  # no locks here: not held, and nothing to refuse
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             pid = owner_pid(self._folder)

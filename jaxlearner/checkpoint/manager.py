@@ -109,8 +109,8 @@ class CheckpointManager:
         quiet_orbax_failures(orbax_tensorstore)
         writable = "://" not in self._directory and not self._options.read_only
         self._lock = FolderLock(self._directory, "jl.CheckpointManager") if writable else None
-        # Free: this manager writes here, and cleans up partial saves; busy: it only reads.
-        with contextlib.suppress(FolderBusyError):
+        # Free: it writes here and cleans up partial saves. Busy (or unwritable): it reads.
+        with contextlib.suppress(FolderBusyError, OSError):
             if self._lock is not None:
                 self._lock.acquire()
         with without_read_only_notices():
