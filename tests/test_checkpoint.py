@@ -26,12 +26,9 @@ from checkpoint_child import state_after
 from helpers import ActorCritic, actor_critic_loss, assert_trees_close, mse_loss, regression_batch
 
 import jaxlearner as jl
-from jaxlearner.checkpoint.manager import (
-    CheckpointCorruptedError,
-    CheckpointManager,
-    _resolve_directory,
-    restore,
-)
+from jaxlearner.checkpoint.manager import CheckpointCorruptedError, CheckpointManager
+from jaxlearner.checkpoint.rebuild import restore
+from jaxlearner.checkpoint.step_contents import resolve_directory as _resolve_directory
 from jaxlearner.core.registry import learner_from_recipe, register_recipe, registered_recipes
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"
@@ -447,7 +444,9 @@ def test_retention_keeps_the_latest_and_the_best(tmp_path, max_to_keep, keep_bes
     assert ckpt.best_step() == 2
     reader = CheckpointManager(tmp_path, read_only=True, best_metric="eval/return_mean")
     assert reader.best_step() == (2 if mode == "max" else 6)  # ranked by this reader's mode
-    # A new manager ranks the steps it finds by the metrics saved with them.
+    # A new manager ranks the steps it finds by the metrics saved with them (once the first,
+    # the directory's one writer, is closed).
+    ckpt.close()
     again = CheckpointManager(tmp_path, best_metric="eval/return_mean", **options)
     again.save(7, state, learner, metrics={"eval/return_mean": sign * 4.0})
     again.wait_until_finished()

@@ -6,11 +6,8 @@ Example:
   >>> from jaxlearner.checkpoint import CheckpointManager  # or jl.CheckpointManager
 """
 
-from jaxlearner.checkpoint.manager import (
-    CheckpointCorruptedError,
-    CheckpointManager,
-    restore,
-)
+from jaxlearner.checkpoint.manager import CheckpointCorruptedError, CheckpointManager
 from jaxlearner.checkpoint.options import CheckpointOptions
+from jaxlearner.checkpoint.rebuild import restore
 
 __all__ = ["CheckpointCorruptedError", "CheckpointManager", "CheckpointOptions", "restore"]

@@ -12,75 +12,71 @@ temporary folder that is never read, and is cleaned up by the next manager):
       restored = ocp.StandardCheckpointer().restore(step_dir / "state")
       kernel = restored["modules"]["policy"]["params"]["params"]["Dense_0"]["kernel"]
 
-* ``jaxlearner/metadata``: JSON with what orbax does not record (see
-  :meth:`CheckpointManager.metadata`): versions, each module's spec and batch
-  layout, devices and mesh, counters, metrics, the learner's recipe, the key
-  implementation, and each leaf's sha256 digest by path;
-* ``metrics/metrics``: JSON metrics, written by orbax when a best metric is
-  tracked.
+* ``jaxlearner/metadata``: JSON with what orbax does not record, each leaf's
+  sha256 included (see :meth:`CheckpointManager.metadata`);
+* ``metrics/metrics``: JSON metrics, when a best metric is tracked.
 
-Nothing is pickled. Restoring builds the expected state from the learner with
-``jax.eval_shape`` (no computation), compares its leaves with the shapes and
-dtypes orbax recorded, and only then reads the arrays, directly onto the
-devices of the learner's placement.
+Nothing is pickled. Restoring refuses a step with a symbolic link in it, builds
+the expected state from the learner with ``jax.eval_shape`` (no computation),
+compares its leaves with the shapes and dtypes orbax recorded, and only then
+reads the arrays, directly onto the devices of the learner's placement.
 
-The orbax-free parts live beside it: :mod:`jaxlearner.checkpoint.options`
-(what to keep), :mod:`jaxlearner.checkpoint.metadata` (the JSON metadata) and
-:mod:`jaxlearner.checkpoint.leaves` (the state's leaves, digests, comparison).
+One writer per directory: a writable manager holds an OS lock on it from its creation
+(or first save) until ``close`` or its process ends; another manager's save, in this
+process or another, is refused naming its pid. A failed save raises; the process exits.
+
+Orbax-free parts live beside it: ``options`` (what to keep), ``metadata`` (the
+JSON), ``leaves`` (the state's leaves, digests, comparison), ``step_contents``
+(a save's and a restore's trees), ``integrity`` (links, digests, unreadable
+leaves), ``quiet`` (orbax's echoes of failures), ``rebuild`` (``jl.restore``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
 import os
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint._src.futures import future as orbax_future
+from orbax.checkpoint._src.futures import synchronization as orbax_sync
+from orbax.checkpoint._src.serialization import tensorstore_utils as orbax_tensorstore
 
-from jaxlearner.checkpoint.leaves import (
-    abstract_state,
-    check_module_ids,
-    check_structure,
-    default_device,
-    digest,
-    digests,
-    extra_array_digests,
-    host_value,
-    logical_leaf,
-    path_name,
-    plain_paths,
-    plain_tree,
-    stored_leaf,
-    stored_shape_dtype,
-    stored_shapes,
+from jaxlearner.checkpoint.integrity import (
+    CheckpointCorruptedError,
+    check_extra_arrays,
+    corrupted,
+    first_unreadable_leaf,
+    refuse_links,
+    verify_digests,
 )
-from jaxlearner.checkpoint.metadata import (
-    Metrics,
-    build_metadata,
-    check_extra,
-    check_format,
-    decode_layouts,
-    json_metrics,
-    shorten,
+from jaxlearner.checkpoint.leaves import check_structure, path_name, plain_paths, stored_shapes
+from jaxlearner.checkpoint.metadata import Metrics, check_format, decode_layouts
+from jaxlearner.checkpoint.options import CheckpointOptions, checkpoint_options, metric_ranker
+from jaxlearner.checkpoint.quiet import quiet_orbax_failures, without_read_only_notices
+from jaxlearner.checkpoint.step_contents import (
+    check_learner,
+    check_step,
+    resolve_directory,
+    resolve_step,
+    restore_target,
+    save_contents,
+    state_from_arrays,
 )
-from jaxlearner.checkpoint.options import CheckpointOptions, check_best_metric, metric_ranker
 from jaxlearner.core.batch import Layout
 from jaxlearner.core.learner import Learner
-from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
+from jaxlearner.folder_lock import FolderBusyError, FolderLock
 
 _STATE_ITEM = "state"
 _META_ITEM = "jaxlearner"
 _EXTRA_ITEM = "extra_arrays"
 
-
-class CheckpointCorruptedError(ValueError):
-    """A saved array cannot be read, or its content differs from the digest saved with it."""
+__all__ = ["CheckpointCorruptedError", "CheckpointManager", "FolderBusyError"]
 
 
 class CheckpointManager:
@@ -93,6 +89,8 @@ class CheckpointManager:
 
     Raises:
       ValueError, TypeError: on invalid options.
+      FolderBusyError: from :meth:`save`, when another manager (in this process or
+        another, named by its pid) writes the directory.
 
     Example:
       >>> ckpt = jl.CheckpointManager("/tmp/run", max_to_keep=3, keep_best=1,
@@ -104,18 +102,21 @@ class CheckpointManager:
     """
 
     def __init__(self, directory: str | os.PathLike[str], **options: Any) -> None:
-        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(CheckpointOptions)})
-        if unknown:
-            raise TypeError(
-                f"CheckpointManager got unknown option(s) {unknown}; valid: "
-                f"{[f.name for f in dataclasses.fields(CheckpointOptions)]}."
-            )
-        self._options = CheckpointOptions(**options)
-        self._directory = _resolve_directory(directory)
-        with _without_read_only_notices():
+        self._options = checkpoint_options(options)
+        self._directory = resolve_directory(directory)
+        self._failure: BaseException | None = None
+        self._operation: str | None = None
+        quiet_orbax_failures(orbax_tensorstore)
+        writable = "://" not in self._directory and not self._options.read_only
+        self._lock = FolderLock(self._directory, "jl.CheckpointManager") if writable else None
+        # Free: it writes here and cleans up partial saves. Busy (or unwritable): it reads.
+        with contextlib.suppress(FolderBusyError, OSError):
+            if self._lock is not None:
+                self._lock.acquire()
+        with without_read_only_notices():
             self._manager = ocp.CheckpointManager(
                 self._directory,
-                options=_orbax_options(self._options),
+                options=_orbax_options(self._options, cleanup=not self._lock or self._lock.held),
                 item_handlers={
                     # PyTree rather than Standard (same files): its restore can skip leaves,
                     # to find the one a failed read could not read.
@@ -168,18 +169,38 @@ class CheckpointManager:
     def wait_until_finished(self) -> None:
         """Blocks until an asynchronous save is written; raises its error if it failed.
 
+        After a failure, orbax's threads of that save are let go (the process can exit).
+
         Example:
           >>> ckpt.save(step, state, learner)  # returns once arrays left the device
           ... # doctest: +SKIP
           >>> ckpt.wait_until_finished()      # the step is now complete on disk
           ... # doctest: +SKIP
         """
-        self._manager.wait_until_finished()
-        self._manager.check_for_errors()
+        try:
+            self._manager.wait_until_finished()
+            self._manager.check_for_errors()
+        except BaseException as error:
+            _release_waiting_threads(self._operation)
+            self._failure = error
+            raise
 
     def close(self) -> None:
-        """Waits for pending saves and releases orbax's resources."""
-        self._manager.close()
+        """Waits for pending saves, releases orbax's resources and the directory's lock.
+
+        Raises:
+          Exception: a pending save's failure not raised before.
+        """
+        reported = self._failure
+        try:
+            self.wait_until_finished()
+            self._manager.close()
+        except BaseException as error:
+            if error is not reported:
+                raise
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> CheckpointManager:
         return self
@@ -233,45 +254,30 @@ class CheckpointManager:
           >>> ckpt.save(int(state.updates), state, learner, metrics=metrics)
           ... # doctest: +SKIP
         """
-        _check_learner(learner)
+        check_learner(learner)
         if self._options.read_only:
             raise ValueError(f"This CheckpointManager of {self._directory} is read-only.")
-        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
-            raise ValueError(f"step must be an int >= 0; got {step!r}.")
-        step = int(step)
-        latest = self.latest_step()
-        if latest is not None and step <= latest:
-            raise ValueError(
-                f"Cannot save step {step} in {self._directory}: steps must increase and the "
-                f"latest saved step is {latest} (steps: {list(self.all_steps())})."
-            )
-        learner.check_state(state)
-        if learner.batch_layout is None:
-            raise ValueError(
-                "save needs a learner that knows its batch layout, to restore the state later: "
-                "build it with jl.Learner(..., sample_batch=batch) or batch_layout=... "
-                "(built-in algorithms know theirs)."
-            )
-        flat_metrics = json_metrics(metrics)
-        if self._options.best_metric is not None:
-            check_best_metric(self._options.best_metric, flat_metrics)
-        tree = plain_tree(state, stored_leaf)
-        leaf_digests = digests(tree) if self._options.verify else None
-        metadata = build_metadata(step, state, learner, flat_metrics, leaf_digests)
-        metadata["extra"] = check_extra(extra)
-        items = {
-            _STATE_ITEM: ocp.args.PyTreeSave(tree),
-            _META_ITEM: ocp.args.JsonSave(metadata),
-        }
-        if extra_arrays is not None:
-            metadata["extra_arrays"] = extra_array_digests(extra_arrays, self._options.verify)
-            items[_EXTRA_ITEM] = ocp.args.StandardSave(extra_arrays)
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(**items),
-            metrics=flat_metrics if self._options.best_metric is not None else None,
-            force=True,
+        if self._lock is not None:
+            self._lock.acquire()  # FolderBusyError while another manager writes here
+        step = check_step(step, self.all_steps(), self._directory)
+        tree, metadata, flat_metrics = save_contents(
+            step, state, learner, self._options, metrics, extra, extra_arrays
         )
+        items = {_STATE_ITEM: ocp.args.PyTreeSave(tree), _META_ITEM: ocp.args.JsonSave(metadata)}
+        if extra_arrays is not None:
+            items[_EXTRA_ITEM] = ocp.args.StandardSave(extra_arrays)
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(**items),
+                metrics=flat_metrics if self._options.best_metric is not None else None,
+                force=True,
+            )
+        except BaseException as error:
+            self._failure = error
+            _release_waiting_threads(orbax_sync.OperationIdGenerator.get_current_operation_id())
+            raise
+        self._operation = orbax_sync.OperationIdGenerator.get_current_operation_id()
         if not self._options.async_save:
             self.wait_until_finished()
 
@@ -299,15 +305,15 @@ class CheckpointManager:
           >>> ckpt.metadata()["metrics"]["eval/return_mean"]          # doctest: +SKIP
           3.5
         """
-        step = self._resolve_step(step)
+        step = resolve_step(step, self.all_steps(), self._directory)
+        refuse_links(self._directory, step)
         try:
             restored = self._manager.restore(
                 step, args=ocp.args.Composite(**{_META_ITEM: ocp.args.JsonRestore()})
             )
         except Exception as error:  # orbax and the JSON parser raise many kinds
-            raise CheckpointCorruptedError(
-                f"The metadata of step {step} in {self._directory} cannot be read: {error}"
-            ) from error
+            where = f"The metadata of step {step} in {self._directory} cannot be read"
+            raise corrupted(where, error) from error
         metadata = restored[_META_ITEM]
         check_format(step, self._directory, metadata)
         return metadata
@@ -326,7 +332,7 @@ class CheckpointManager:
           >>> learner = jl.Learner({"policy": spec}, batch_layout=ckpt.batch_layout())
           ... # doctest: +SKIP
         """
-        step = self._resolve_step(step)
+        step = resolve_step(step, self.all_steps(), self._directory)
         return decode_layouts(step, self.metadata(step))
 
     def restore(self, target: Learner, step: int | None = None) -> LearnerState:
@@ -364,34 +370,17 @@ class CheckpointManager:
         Example:
           >>> learner = make_learner()                  # same code, fresh  # doctest: +SKIP
           >>> state = ckpt.restore(learner)                                # doctest: +SKIP
-          >>> state, metrics = learner.update(state, batch)               # doctest: +SKIP
           >>> state = ckpt.restore(make_learner().on("all"))  # replicated  # doctest: +SKIP
         """
-        _check_learner(target)
-        step = self._resolve_step(step)
+        check_learner(target)
+        step = resolve_step(step, self.all_steps(), self._directory)
         metadata = self.metadata(step)
-        check_module_ids(step, list(metadata["modules"]), target.module_ids)
-        layout = target.batch_layout
-        if layout is None:
-            layout = decode_layouts(step, metadata)
-        key_impl = metadata["key_impl"]
-        abstract = abstract_state(target, layout, key_impl)
-        sharding = target.placement.state_sharding
-        if sharding is None:
-            sharding = jax.sharding.SingleDeviceSharding(default_device())
-        target_tree = plain_tree(
-            abstract,
-            lambda leaf: jax.ShapeDtypeStruct(*stored_shape_dtype(leaf), sharding=sharding),
-        )
+        abstract, target_tree, sharding = restore_target(target, step, metadata)
         check_structure(step, self._saved_shapes(step), stored_shapes(abstract))
         arrays = dict(plain_paths(self._read_state(step, target_tree)))
         if self._options.verify:
-            _verify_digests(step, metadata.get("digests") or {}, arrays, "leaf")
-        leaves = [
-            logical_leaf(arrays[path], leaf, key_impl, sharding)
-            for path, leaf in plain_paths(abstract)
-        ]
-        return jax.tree.unflatten(jax.tree.structure(abstract), leaves)
+            verify_digests(step, metadata.get("digests") or {}, arrays, "leaf")
+        return state_from_arrays(abstract, arrays, metadata["key_impl"], sharding)
 
     def restore_extra(self, step: int | None = None) -> tuple[Any, Any]:
         """The ``extra`` JSON and ``extra_arrays`` saved with a step (default: the latest).
@@ -407,7 +396,7 @@ class CheckpointManager:
         Example:
           >>> counters, arrays = ckpt.restore_extra()                     # doctest: +SKIP
         """
-        step = self._resolve_step(step)
+        step = resolve_step(step, self.all_steps(), self._directory)
         metadata = self.metadata(step)
         records = metadata.get("extra_arrays")
         if records is None:
@@ -417,32 +406,11 @@ class CheckpointManager:
                 step, args=ocp.args.Composite(**{_EXTRA_ITEM: ocp.args.StandardRestore()})
             )[_EXTRA_ITEM]
         except Exception as error:  # tensorstore reports damage as ValueError, OSError, ...
-            raise CheckpointCorruptedError(
-                f"The extra arrays of step {step} in {self._directory} cannot be read: "
-                f"{shorten(str(error), 400)}"
-            ) from error
+            where = f"The extra arrays of step {step} in {self._directory} cannot be read"
+            raise corrupted(where, error) from error
         found = dict(plain_paths(restored))
-        missing = [path for path in records if path not in found]
-        if missing:
-            raise CheckpointCorruptedError(
-                f"The extra arrays {missing} of step {step} in {self._directory} are missing."
-            )
-        if self._options.verify:
-            saved = {path: sha for path, sha in records.items() if sha is not None}
-            _verify_digests(step, saved, found, "extra array")
+        check_extra_arrays(step, self._directory, records, found, verify=self._options.verify)
         return metadata.get("extra"), restored
-
-    def _resolve_step(self, step: int | None) -> int:
-        steps = self.all_steps()
-        if step is None:
-            if not steps:
-                raise FileNotFoundError(f"No complete checkpoint step in {self._directory}.")
-            return steps[-1]
-        if step not in steps:
-            raise FileNotFoundError(
-                f"No checkpoint step {step!r} in {self._directory}; steps: {list(steps)}."
-            )
-        return int(step)
 
     def _saved_shapes(self, step: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """``{path: (shape, dtype)}`` of the state's leaves, from orbax's metadata of the step."""
@@ -450,10 +418,8 @@ class CheckpointManager:
             tree = self._manager.metadata(step).item_metadata[_STATE_ITEM].tree
             return stored_shapes(tree)
         except Exception as error:  # a missing or damaged metadata file, in many forms
-            raise CheckpointCorruptedError(
-                f"Checkpoint step {step} in {self._directory} is damaged: orbax's description "
-                f"of its state cannot be read: {shorten(str(error), 400)}"
-            ) from error
+            where = f"Checkpoint step {step} in {self._directory} is damaged: orbax's description"
+            raise corrupted(f"{where} of its state cannot be read", error) from error
 
     def _read_state(self, step: int, target: Any) -> Any:
         """The saved tree, read onto ``target``'s shardings; a failure names an unreadable leaf."""
@@ -464,123 +430,25 @@ class CheckpointManager:
             )
             return self._manager.restore(step, args=ocp.args.Composite(**{_STATE_ITEM: args}))
 
+        def read_alone(path: str) -> Any:
+            only = lambda p, leaf: leaf if path_name(p) == path else ocp.PLACEHOLDER
+            return read(jax.tree_util.tree_map_with_path(only, target))
+
         try:
             return read(target)[_STATE_ITEM]
         except Exception as error:  # tensorstore reports damage as ValueError, OSError, ...
             failure = error
-        for path, _ in plain_paths(target):
-            alone = jax.tree_util.tree_map_with_path(
-                lambda p, leaf, path=path: leaf if path_name(p) == path else ocp.PLACEHOLDER,
-                target,
+        unreadable = first_unreadable_leaf((path for path, _ in plain_paths(target)), read_alone)
+        where = f"Checkpoint step {step} in {self._directory}"
+        if unreadable is not None:
+            path, leaf_error = unreadable
+            raise corrupted(f"{where} is damaged: leaf {path} cannot be read", leaf_error) from (
+                failure
             )
-            try:
-                read(alone)
-            except Exception as leaf_error:
-                raise CheckpointCorruptedError(
-                    f"Checkpoint step {step} in {self._directory} is damaged: leaf {path} "
-                    f"cannot be read: {shorten(str(leaf_error), 400)}"
-                ) from failure
-        raise CheckpointCorruptedError(
-            f"Checkpoint step {step} in {self._directory} cannot be read: "
-            f"{shorten(str(failure), 400)}"
-        ) from failure
+        raise corrupted(f"{where} cannot be read", failure) from failure
 
 
-def restore(
-    directory: str | os.PathLike[str], step: int | None = None, *, verify: bool = True
-) -> tuple[Learner, LearnerState]:
-    """Rebuilds a learner from the recipe saved with a step, and restores its state.
-
-    For learners built with ``recipe=...`` (the built-in algorithms): the
-    builder registered for ``recipe["algorithm"]`` (see
-    :func:`~jaxlearner.register_recipe`) makes a fresh learner, given the batch
-    layout saved with the step if its builder does not set one, and the state
-    is restored into it on the default device. Nothing in the directory is
-    created or deleted.
-
-    Args:
-      directory: the checkpoint directory.
-      step: the step; ``None`` for the latest.
-      verify: check every leaf's digest.
-
-    Returns:
-      ``(learner, state)``, ready for ``learner.update`` or evaluation.
-
-    Raises:
-      FileNotFoundError: when there is no such step.
-      ValueError: when the step was saved from a learner without a recipe.
-      KeyError: when no builder is registered for the recipe's algorithm.
-
-    Example:
-      >>> learner, state = jl.restore("/tmp/run")                        # doctest: +SKIP
-      >>> params = state.modules["policy"].params                        # doctest: +SKIP
-    """
-    manager = CheckpointManager(directory, read_only=True, verify=verify)
-    try:
-        if step is None:
-            step = manager.latest_step()  # None in an empty directory: metadata then raises
-        metadata = manager.metadata(step)
-        if metadata.get("recipe") is None:
-            raise ValueError(
-                f"Step {step} in {manager.directory} was saved from a learner without a "
-                "recipe, so it cannot be rebuilt from the checkpoint alone: build the learner "
-                "in code and call jl.CheckpointManager(directory).restore(learner)."
-            )
-        learner = learner_from_recipe(metadata["recipe"])
-        if learner.batch_layout is None:
-            learner = learner.replace(batch_layout=decode_layouts(step, metadata))
-        return learner, manager.restore(learner, step)
-    finally:
-        manager.close()
-
-
-_READ_ONLY_NOTICES = (
-    "CheckpointManagerOptions.read_only=True",
-    "Given directory is read only",
-)
-
-
-@contextlib.contextmanager
-def _without_read_only_notices() -> Iterator[None]:
-    """Drops the two warnings orbax logs for every read-only manager (what was asked for).
-
-    ``jl.restore`` and ``jaxlearner eval`` open managers read-only; the notices told users
-    nothing and looked like problems. Other orbax warnings pass through.
-    """
-
-    def keep(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(_READ_ONLY_NOTICES)
-
-    logger = logging.getLogger("absl")
-    logger.addFilter(keep)
-    try:
-        yield
-    finally:
-        logger.removeFilter(keep)
-
-
-def _check_learner(learner: object) -> None:
-    if not isinstance(learner, Learner):
-        raise TypeError(
-            f"Expected a jl.Learner (placed where the state should live); got "
-            f"{type(learner).__name__}."
-        )
-
-
-def _resolve_directory(directory: str | os.PathLike[str]) -> str:
-    """A local path made absolute; a URL such as ``gs://bucket/run`` untouched.
-
-    Example:
-      >>> _resolve_directory("gs://bucket/run")
-      'gs://bucket/run'
-    """
-    text = os.fspath(directory)
-    if not isinstance(text, str) or not text:
-        raise TypeError(f"A checkpoint directory must be a non-empty path; got {directory!r}.")
-    return text if "://" in text else os.path.abspath(text)
-
-
-def _orbax_options(options: CheckpointOptions) -> ocp.CheckpointManagerOptions:
+def _orbax_options(options: CheckpointOptions, cleanup: bool) -> ocp.CheckpointManagerOptions:
     # orbax's own max_to_keep combined with best_fn ranks every step by the metric alone and
     # can delete the step just written; an explicit policy keeps the latest unconditionally.
     policies: list[Any] = [
@@ -606,16 +474,27 @@ def _orbax_options(options: CheckpointOptions) -> ocp.CheckpointManagerOptions:
         enable_async_checkpointing=options.async_save,
         read_only=options.read_only,
         create=not options.read_only,
-        cleanup_tmp_directories=not options.read_only,
+        cleanup_tmp_directories=cleanup and not options.read_only,
     )
 
 
-def _verify_digests(step: int, saved: dict[str, str], arrays: dict[str, Any], kind: str) -> None:
-    """Raises naming the first array whose sha256 differs from the one saved for its path."""
-    for path, expected in saved.items():
-        actual = digest(host_value(arrays[path]))
-        if actual != expected:
-            raise CheckpointCorruptedError(
-                f"Checkpoint step {step} is corrupted: {kind} {path} has sha256 {actual[:16]}..., "
-                f"but {expected[:16]}... was saved. Restore an earlier step."
-            )
+def _release_waiting_threads(operation: str | None) -> None:
+    """Lets the background threads of a failed orbax save end, so the process can exit.
+
+    Orbax (0.12) runs each part of a save in a non-daemon thread that waits for signals
+    from the parts before it; a failed part sends none, so the rest wait out a 300 s
+    timeout and the interpreter, joining them at exit, hangs. Each waiting thread of
+    ``operation`` is cancelled and sent its signals: it ends without running its part.
+    """
+    waiting = [
+        thread
+        for thread in threading.enumerate()
+        if isinstance(thread, orbax_future._SignalingThread)
+        and thread.is_alive()
+        and operation in (None, getattr(thread, "_operation_id", None))
+    ]
+    for thread in waiting:
+        thread.cancel()
+        orbax_future.set_signals(thread._receive_signals, operation_id=thread._operation_id)
+    for thread in waiting:
+        threading.Thread.join(thread, timeout=10)

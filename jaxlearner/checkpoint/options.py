@@ -77,6 +77,19 @@ class CheckpointOptions:
                 raise TypeError(f"{name} must be a bool; got {getattr(self, name)!r}.")
 
 
+def checkpoint_options(options: Mapping[str, Any]) -> CheckpointOptions:
+    """:class:`CheckpointOptions` from keyword options, naming any unknown one.
+
+    Raises:
+      TypeError: for an unknown option, listing the valid ones.
+    """
+    valid = [field.name for field in dataclasses.fields(CheckpointOptions)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise TypeError(f"CheckpointManager got unknown option(s) {unknown}; valid: {valid}.")
+    return CheckpointOptions(**options)
+
+
 def metric_ranker(key: str, mode: BestMode) -> Any:
     """The function orbax ranks steps with: the metric ``key``, worst when missing or NaN."""
     worst = -math.inf if mode == "max" else math.inf

@@ -16,9 +16,16 @@ import jax
 
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
-from jaxlearner.checkpoint.manager import CheckpointManager, restore
+from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.cli.options import EvalOptions, RecordOptions
-from jaxlearner.cli.run_folder import CHECKPOINTS, UsageError, check_folder_path, read_run
+from jaxlearner.cli.run_folder import (
+    CHECKPOINTS,
+    UsageError,
+    check_folder_path,
+    own_folder,
+    read_run,
+)
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.env_runner import evaluate as evaluate_policy
@@ -92,6 +99,7 @@ def record(options: RecordOptions) -> int:
     run, info = read_run(options.run)
     check_folder_path("--out", pathlib.Path(options.out))
     step = _checkpoint_step(run, options)
+    own_folder(pathlib.Path(options.out), "--out")  # not into a folder a live run writes
     try:
         dataset = record_run(
             run / CHECKPOINTS,

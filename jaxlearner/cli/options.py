@@ -98,7 +98,9 @@ class TrainOptions:
       config: the ``--config`` overrides as typed, ``KEY=VALUE`` each.
       stop_reward: the mean evaluation return that ends the run (finite).
       max_steps: the env steps (dataset rows) that end the run.
-      out: the run folder to write.
+      out: the run folder to write; one that holds a run already is refused unless
+        ``new_run``.
+      new_run: when ``out`` holds a run, leave it and write ``OUT-2`` (``OUT-3``, ...).
       devices: a number of devices, or ``"all"``.
       num_envs: sub-environments stepped together.
       eval_every: env steps between evaluations.
@@ -121,6 +123,7 @@ class TrainOptions:
     stop_reward: float | None = None
     max_steps: int | None = None
     out: pathlib.Path | None = None
+    new_run: bool = False
     devices: Devices | None = None
     num_envs: int | None = None
     eval_every: int | None = None

@@ -96,7 +96,16 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
         "--stop-reward", type=_finite_float, help="stop at this mean evaluation return"
     )
     command.add_argument("--max-steps", type=_positive_int, help="stop after this many env steps")
-    command.add_argument("--out", help="the run folder (default: runs/ALGORITHM-ENV-TIME)")
+    command.add_argument(
+        "--out",
+        help="the run folder (default: runs/ALGORITHM-ENV-TIME); a folder that holds a run "
+        "is refused: continue it with --resume, or add --new-run",
+    )
+    command.add_argument(
+        "--new-run",
+        action="store_true",
+        help="when --out holds a run, leave it untouched and write OUT-2 (OUT-3, ...) instead",
+    )
     command.add_argument("--devices", help="'all' or a number of devices to train on")
     command.add_argument("--num-envs", type=_positive_int, help="sub-environments per step")
     command.add_argument("--eval-every", type=_positive_int, help="env steps between evaluations")
@@ -313,6 +322,7 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
         stop_reward=args.stop_reward,
         max_steps=args.max_steps,
         out=None if args.out is None else pathlib.Path(args.out),
+        new_run=args.new_run,
         devices=parse_devices(args.devices),
         num_envs=args.num_envs,
         eval_every=args.eval_every,

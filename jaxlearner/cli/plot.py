@@ -8,8 +8,7 @@ from __future__ import annotations
 import pathlib
 
 from jaxlearner.cli.options import PlotOptions
-from jaxlearner.cli.run_folder import METRICS_FILE, UsageError, read_run
-from jaxlearner.training.loggers import read_json_lines
+from jaxlearner.cli.run_folder import METRICS_FILE, UsageError, read_metrics, read_run
 from jaxlearner.training.plotting import place_legend, plot_run
 
 
@@ -33,7 +32,7 @@ def plot(options: PlotOptions) -> int:
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for run, info in runs:
-        records = read_json_lines(run / METRICS_FILE) if (run / METRICS_FILE).is_file() else []
+        records = read_metrics(run / METRICS_FILE)
         train = [r for r in records if r.get("episode_return_mean") is not None]
         evals = [
             r

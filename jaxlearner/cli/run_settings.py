@@ -22,7 +22,13 @@ from jaxlearner.algorithms.config import parse_overrides
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import Devices, TrainOptions, parse_devices
-from jaxlearner.cli.run_folder import CHECKPOINTS, RUN_FILE, UsageError, read_run
+from jaxlearner.cli.run_folder import (
+    CHECKPOINTS,
+    RUN_FILE,
+    UsageError,
+    check_run_keys,
+    read_run,
+)
 from jaxlearner.training.datasets import Dataset
 from jaxlearner.training.loggers import require_tensorboard
 from jaxlearner.training.record import check_offline_dataset, read_dataset
@@ -84,6 +90,7 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
             ("--stop-reward", options.stop_reward),
             ("--max-steps", options.max_steps),
             ("--out", options.out),
+            ("--new-run", options.new_run or None),
             ("--devices", options.devices),
             ("--num-envs", options.num_envs),
             ("--eval-every", options.eval_every),
@@ -98,6 +105,9 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
             f"--resume continues a run with the settings in its {RUN_FILE}; drop {given}"
         )
     _, info = read_run(run)
+    number = (int, float, type(None))
+    types = {"config": dict, "num_envs": int, "seed": int, "max_steps": int, "stop_reward": number}
+    check_run_keys(run, info, types)
     name, env_id = info["algorithm"], info["env"]
     defaults = DEFAULTS.get(name)
     eval_every = info.get("eval_every") or (defaults.eval_every if defaults else 10_000)

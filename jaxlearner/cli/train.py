@@ -29,6 +29,9 @@ from jaxlearner.cli.run_folder import (
     UsageError,
     check_folder_path,
     default_run_name,
+    new_run_folder,
+    own_folder,
+    read_metrics,
 )
 from jaxlearner.cli.run_settings import (
     RunSettings,
@@ -38,6 +41,7 @@ from jaxlearner.cli.run_settings import (
     load_dataset,
     run_settings,
 )
+from jaxlearner.files import write_atomic
 from jaxlearner.training.loggers import (
     ConsoleWriter,
     JSONLinesWriter,
@@ -101,18 +105,20 @@ def train(options: TrainOptions) -> int:
     check_tensorboard(options.tensorboard)
     if options.resume is not None:
         out = options.resume
+        lock = own_folder(out, "--resume")  # one run per folder: refused while one is live
         with CheckpointManager(out / CHECKPOINTS, read_only=True) as existing:
             if existing.latest_step() is None:
                 raise UsageError(f"--resume {out}: {out / CHECKPOINTS} holds no checkpoint")
     else:
         out = options.out or pathlib.Path(default_run_name(settings.algorithm, settings.env))
         check_folder_path("--out", out)
-        out.mkdir(parents=True, exist_ok=True)
+        # Never into a folder that holds a run; the default name is always a fresh one.
+        out, lock = new_run_folder(out, beside=options.new_run or options.out is None)
         record = {
             **dataclasses.asdict(settings),
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        write_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
 
     checkpoint = CheckpointManager(
         out / CHECKPOINTS, max_to_keep=3, keep_best=1, best_metric="eval/return_mean"
@@ -129,6 +135,7 @@ def train(options: TrainOptions) -> int:
         checkpoint.close()
         if trainer is not None:
             trainer.close()
+        lock.release()
 
 
 def _writers(out: pathlib.Path, tensorboard: bool) -> list[Writer]:
@@ -255,10 +262,8 @@ def _print_done(
 
 
 def _truncate_metrics(path: pathlib.Path, iteration: int) -> None:
-    """Drops records past the restored checkpoint (a run killed without one wrote them)."""
-    if not path.is_file():
-        return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= iteration]
-    if len(kept) != len(lines):
-        path.write_text("".join(kept), encoding="utf-8")
+    """Drops records past the restored checkpoint (a run killed without one wrote them) and a
+    torn last line (one killed while writing it), replacing the file atomically."""
+    if path.is_file():
+        kept = [r for r in read_metrics(path) if r.get("step", 0) <= iteration]
+        write_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))

@@ -54,6 +54,7 @@ import numpy as np
 from jaxlearner.algorithms.algorithm import ActFn
 from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
 from jaxlearner.core.state import ModuleState
+from jaxlearner.files import write_atomic
 from jaxlearner.training.env_runner import EnvLike, EnvRunner
 
 FORMAT = "jaxlearner-episodes"
@@ -297,7 +298,7 @@ def save_dataset(dataset: Dataset, path: str | os.PathLike[str]) -> pathlib.Path
         "num_episodes": dataset.num_episodes,
         "source": dataset.source,
     }
-    (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    write_atomic(folder / METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
     return folder
 
 

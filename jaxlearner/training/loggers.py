@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Protocol, final, runtime_checkable
 
+from jaxlearner import files
 from jaxlearner.core.metrics import iter_metrics
 
 
@@ -204,9 +205,16 @@ def _x_step(step: int, metrics: Mapping[str, float]) -> int:
 
 
 def read_json_lines(path: str | pathlib.Path) -> list[dict[str, Any]]:
-    """The records a :class:`JSONLinesWriter` wrote, in order."""
-    with pathlib.Path(path).open(encoding="utf-8") as file:
-        return [json.loads(line) for line in file if line.strip()]
+    """The records a :class:`JSONLinesWriter` wrote, in order.
+
+    A last line cut short (a run killed while writing it) is skipped with a one-line
+    notice on stderr (see :func:`jaxlearner.files.read_json_lines`).
+
+    Raises:
+      jaxlearner.files.JSONLinesError: a ``ValueError`` naming the file and line, for a
+        damaged line before the last.
+    """
+    return files.read_json_lines(path)
 
 
 def require_tensorboard() -> None:

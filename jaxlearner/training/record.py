@@ -23,7 +23,7 @@ from typing import Any
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
 from jaxlearner.algorithms.offline import updates_per_iteration
-from jaxlearner.checkpoint.manager import restore
+from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.training.datasets import (
     EPISODES_FILE,
     METADATA_FILE,
