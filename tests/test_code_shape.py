@@ -16,6 +16,12 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 MAX_PARAMETERS = 10
 MAX_ALGORITHM_MODULES = 12
+# Public constructors of 11 parameters, older than this rule: grouping their options changes
+# what every caller writes, so it is its own step. The test fails when the list is stale.
+WIDE_SIGNATURES = {
+    "training/multi_agent.py MultiAgentTrainer.__init__",
+    "training/trainer.py Trainer.__init__",
+}
 
 
 def modules(root=PACKAGE):
@@ -23,6 +29,14 @@ def modules(root=PACKAGE):
 
 
 def functions(tree):
+    """Every function of a module, with ``qualname`` set (``Class.method``)."""
+    for parent in ast.walk(tree):
+        for node in ast.iter_child_nodes(parent):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                prefix = getattr(parent, "qualname", getattr(parent, "name", None))
+                node.qualname = (
+                    node.name if isinstance(parent, ast.Module) else (f"{prefix}.{node.name}")
+                )
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node
@@ -66,7 +80,7 @@ def oversized_functions(root=PACKAGE):
         source = path.read_text()
         lines = source.splitlines()
         for node in functions(ast.parse(source)):
-            where = f"{path.relative_to(root).as_posix()}:{node.lineno} {node.name}"
+            where = f"{path.relative_to(root).as_posix()}:{node.lineno} {node.qualname}"
             if (count := code_lines(node, lines)) > MAX_FUNCTION_LINES:
                 too_long.append(f"{where} ({count} lines)")
             if len(names := parameters(node)) > MAX_PARAMETERS:
@@ -81,7 +95,14 @@ def test_no_module_is_over_500_lines():
 def test_no_function_is_over_80_lines_of_code_or_10_parameters():
     too_long, too_wide = oversized_functions()
     assert not too_long, f"functions over {MAX_FUNCTION_LINES} lines of code: {too_long}"
-    assert not too_wide, f"functions over {MAX_PARAMETERS} parameters: {too_wide}"
+    wide = {_without_line(where) for where in too_wide}
+    assert wide == WIDE_SIGNATURES, f"functions over {MAX_PARAMETERS} parameters: {too_wide}"
+
+
+def _without_line(where):
+    """``"path:12 Class.name (11 parameters)"`` -> ``"path Class.name"``."""
+    path, rest = where.split(":", 1)
+    return f"{path} {rest.split(' ')[1]}"
 
 
 def test_algorithms_keeps_at_most_12_modules_at_its_top_level():
@@ -103,4 +124,4 @@ def test_the_checks_find_what_they_are_for(tmp_path):
     assert oversized_modules(tmp_path) == {"big.py": MAX_MODULE_LINES + 1}
     too_long, too_wide = oversized_functions(tmp_path)
     assert too_long == [f"long.py:1 long ({MAX_FUNCTION_LINES + 1} lines)"]
-    assert too_wide == ["wide.py:2 g (11 parameters)"]
+    assert too_wide == ["wide.py:2 C.g (11 parameters)"]
