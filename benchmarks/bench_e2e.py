@@ -36,7 +36,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ppo_workload import machine, write_results
 
 from jaxlearner.cli import DEFAULTS
-from jaxlearner.training.loggers import read_json_lines
+from jaxlearner.training.outputs.loggers import read_json_lines
 
 THRESHOLDS = {"ppo": 475.0, "dqn": 400.0, "sac": -250.0}
 PEERS = {"ppo": "sb3-ppo", "dqn": "sbx-dqn", "sac": "sbx-sac"}

@@ -72,11 +72,16 @@ if TYPE_CHECKING:
         CheckpointOptions,
         restore,
     )
-    from jaxlearner.training import loggers, plotting, video
-    from jaxlearner.training.datasets import Dataset, load_dataset, record_episodes, save_dataset
-    from jaxlearner.training.minari_datasets import load_minari
-    from jaxlearner.training.multi_agent import MultiAgentTrainer
-    from jaxlearner.training.offline_trainer import OfflineTrainer
+    from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
+    from jaxlearner.training.offline.datasets import (
+        Dataset,
+        load_dataset,
+        record_episodes,
+        save_dataset,
+    )
+    from jaxlearner.training.offline.minari_datasets import load_minari
+    from jaxlearner.training.offline.trainer import OfflineTrainer
+    from jaxlearner.training.outputs import loggers, plotting, video
     from jaxlearner.training.trainer import Trainer
 
 # The learner core imports neither orbax nor gymnasium; these load on first use.
@@ -86,13 +91,13 @@ _LAZY = {
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
-    "MultiAgentTrainer": "jaxlearner.training.multi_agent",  # needs the pettingzoo extra
-    "OfflineTrainer": "jaxlearner.training.offline_trainer",
-    "Dataset": "jaxlearner.training.datasets",
-    "load_dataset": "jaxlearner.training.datasets",
-    "save_dataset": "jaxlearner.training.datasets",
-    "record_episodes": "jaxlearner.training.datasets",
-    "load_minari": "jaxlearner.training.minari_datasets",
+    "MultiAgentTrainer": "jaxlearner.training.multi_agent.trainer",  # needs the pettingzoo extra
+    "OfflineTrainer": "jaxlearner.training.offline.trainer",
+    "Dataset": "jaxlearner.training.offline.datasets",
+    "load_dataset": "jaxlearner.training.offline.datasets",
+    "save_dataset": "jaxlearner.training.offline.datasets",
+    "record_episodes": "jaxlearner.training.offline.datasets",
+    "load_minari": "jaxlearner.training.offline.minari_datasets",
 }
 # Sub-modules reachable as jl.NAME, loaded on first use.
 _LAZY_MODULES = {
@@ -102,9 +107,9 @@ _LAZY_MODULES = {
     "rollouts": "jaxlearner.anakin.rollouts",
     "sweeps": "jaxlearner.anakin.sweeps",
     "replay_buffer": "jaxlearner.algorithms.replay.replay_buffer",
-    "loggers": "jaxlearner.training.loggers",
-    "plotting": "jaxlearner.training.plotting",
-    "video": "jaxlearner.training.video",
+    "loggers": "jaxlearner.training.outputs.loggers",
+    "plotting": "jaxlearner.training.outputs.plotting",
+    "video": "jaxlearner.training.outputs.video",
 }
 
 

@@ -15,7 +15,7 @@ import jaxlearner as jl
 from jaxlearner import anakin
 from jaxlearner.anakin import envs, rollouts, sweeps
 from jaxlearner.core.hyperparams import check_constant, hyperparam_names, with_hyperparams
-from jaxlearner.training import plotting
+from jaxlearner.training.outputs import plotting
 
 CARTPOLE = envs.make("CartPole-v1")
 TINY_PPO = {

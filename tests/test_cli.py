@@ -14,7 +14,7 @@ import pytest
 from jaxlearner import algorithms
 from jaxlearner.cli import DEFAULTS, main
 from jaxlearner.cli import NO_CACHE_VARIABLE as NO_CACHE
-from jaxlearner.training.loggers import read_json_lines
+from jaxlearner.training.outputs.loggers import read_json_lines
 
 TINY = [
     "--max-steps",

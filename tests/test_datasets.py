@@ -10,7 +10,7 @@ import pytest
 
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.spaces import space_to_json
-from jaxlearner.training.datasets import (
+from jaxlearner.training.offline.datasets import (
     EPISODES_FILE,
     METADATA_FILE,
     Dataset,
@@ -137,7 +137,7 @@ def test_recording_keeps_whole_episodes_of_the_policy():
 def test_a_local_minari_dataset_reads_as_a_dataset(tmp_path, monkeypatch):
     minari = pytest.importorskip("minari", reason="the minari extra is not installed")
     pytest.importorskip("h5py", reason="minari's HDF5 storage (minari[hdf5]) is not installed")
-    from jaxlearner.training.minari_datasets import load_minari
+    from jaxlearner.training.offline.minari_datasets import load_minari
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     env = minari.DataCollector(gym.make("CartPole-v1"))
@@ -168,7 +168,7 @@ def test_a_local_minari_dataset_reads_as_a_dataset(tmp_path, monkeypatch):
 
 
 def test_without_minari_reading_one_says_what_to_install(monkeypatch):
-    from jaxlearner.training.minari_datasets import load_minari
+    from jaxlearner.training.offline.minari_datasets import load_minari
 
     monkeypatch.setitem(sys.modules, "minari", None)  # as if not installed
     with pytest.raises(ImportError, match=r"needs minari: pip install 'jaxlearner\[minari\]'"):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlearner.training.loggers import (
+from jaxlearner.training.outputs.loggers import (
     COMPILING,
     ConsoleWriter,
     JSONLinesWriter,

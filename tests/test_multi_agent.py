@@ -16,9 +16,9 @@ from pettingzoo.test import parallel_api_test
 
 import jaxlearner as jl
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo, policies_of
-from jaxlearner.training.multi_agent import MultiAgentTrainer, agent_groups, policy_spaces
-from jaxlearner.training.multi_agent_env import GridSpread, make_parallel_envs
-from jaxlearner.training.multi_agent_runner import MultiAgentEnvRunner
+from jaxlearner.training.multi_agent.env import GridSpread, make_parallel_envs
+from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner
+from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, agent_groups, policy_spaces
 
 AGENTS = ["agent_0", "agent_1"]
 INDEPENDENT = {"agent_0": "p0", "agent_1": "p1"}

@@ -15,9 +15,9 @@ from helpers import maybe_jit, mse_loss, regression_batch, tree_equal
 import jaxlearner as jl
 from jaxlearner import anakin, envs
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
-from jaxlearner.training.datasets import record_episodes
-from jaxlearner.training.multi_agent import MultiAgentTrainer, policy_spaces
-from jaxlearner.training.multi_agent_env import GridSpread
+from jaxlearner.training.multi_agent.env import GridSpread
+from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, policy_spaces
+from jaxlearner.training.offline.datasets import record_episodes
 
 CARTPOLE = gym.make("CartPole-v1")
 TINY_PPO = {"train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1, "hidden_sizes": (8,)}

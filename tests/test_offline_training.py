@@ -12,7 +12,7 @@ from helpers import assert_same_stats, assert_trees_close, interrupted_and_resum
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.spaces import space_to_json
 from jaxlearner.cli import main
-from jaxlearner.training.datasets import Dataset, record_episodes
+from jaxlearner.training.offline.datasets import Dataset, record_episodes
 
 CARTPOLE = gym.make("CartPole-v1")
 SMALL = {"hidden_sizes": (8,), "train_batch_size": 32}

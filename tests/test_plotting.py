@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jaxlearner.training import plotting
+from jaxlearner.training.outputs import plotting
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")

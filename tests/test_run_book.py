@@ -11,7 +11,7 @@ import pytest
 from helpers import ListWriter, mse_loss, regression_batch
 
 import jaxlearner as jl
-from jaxlearner.training.datasets import record_episodes
+from jaxlearner.training.offline.datasets import record_episodes
 from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.trainer import TrainerCounters
 

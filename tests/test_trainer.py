@@ -9,7 +9,7 @@ import pytest
 from helpers import TIMING, assert_same_stats, interrupted_and_resumed, tree_equal
 
 import jaxlearner as jl
-from jaxlearner.training.loggers import JSONLinesWriter, read_json_lines
+from jaxlearner.training.outputs.loggers import JSONLinesWriter, read_json_lines
 
 CARTPOLE = gym.make("CartPole-v1")
 SMALL = {"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 2, "hidden_sizes": (16,)}

@@ -15,9 +15,9 @@ import pytest
 
 import jaxlearner as jl
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
-from jaxlearner.training.datasets import record_episodes
-from jaxlearner.training.multi_agent import MultiAgentTrainer, policy_spaces
-from jaxlearner.training.multi_agent_env import GridSpread
+from jaxlearner.training.multi_agent.env import GridSpread
+from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, policy_spaces
+from jaxlearner.training.offline.datasets import record_episodes
 
 CARTPOLE = gym.make("CartPole-v1")
 TINY = {"hidden_sizes": (4,)}

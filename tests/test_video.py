@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from jaxlearner.training.env_runner import EnvRunner
-from jaxlearner.training.video import fps_of, record_episode, write_video
+from jaxlearner.training.outputs.video import fps_of, record_episode, write_video
 
 
 def push_left(params, obs, key):

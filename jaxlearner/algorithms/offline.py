@@ -1,7 +1,7 @@
 """What BC and MARWIL share: a dataset's steps as rows, and the compiled "draw, then update" loop.
 
 A dataset is ``[N]`` steps of whole episodes back to back (see
-:mod:`jaxlearner.training.datasets`): ``obs``, ``actions``, ``rewards``,
+:mod:`jaxlearner.training.offline.datasets`): ``obs``, ``actions``, ``rewards``,
 ``terminated``, ``truncated``, ``next_obs`` and ``episode_ends`` (True on each
 episode's last step). An :class:`~jaxlearner.algorithms.OfflineAlgorithm`
 turns those into training rows once (its ``rows``); :func:`make_offline_updates`

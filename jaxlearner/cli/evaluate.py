@@ -29,8 +29,8 @@ from jaxlearner.cli.run_folder import (
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.env_runner import evaluate as evaluate_policy
-from jaxlearner.training.record import record_run
-from jaxlearner.training.video import (
+from jaxlearner.training.offline.record import record_run
+from jaxlearner.training.outputs.video import (
     check_video_path,
     fps_of,
     record_episode,

@@ -9,7 +9,7 @@ import pathlib
 
 from jaxlearner.cli.options import PlotOptions
 from jaxlearner.cli.run_folder import METRICS_FILE, UsageError, read_metrics, read_run
-from jaxlearner.training.plotting import place_legend, plot_run
+from jaxlearner.training.outputs.plotting import place_legend, plot_run
 
 
 def plot(options: PlotOptions) -> int:

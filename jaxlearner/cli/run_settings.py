@@ -29,9 +29,9 @@ from jaxlearner.cli.run_folder import (
     check_run_keys,
     read_run,
 )
-from jaxlearner.training.datasets import Dataset
-from jaxlearner.training.loggers import require_tensorboard
-from jaxlearner.training.record import check_offline_dataset, read_dataset
+from jaxlearner.training.offline.datasets import Dataset
+from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
+from jaxlearner.training.outputs.loggers import require_tensorboard
 
 
 @dataclasses.dataclass(frozen=True)

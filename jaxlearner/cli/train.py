@@ -42,13 +42,13 @@ from jaxlearner.cli.run_settings import (
     run_settings,
 )
 from jaxlearner.files import write_atomic
-from jaxlearner.training.loggers import (
+from jaxlearner.training.offline.trainer import OfflineTrainer
+from jaxlearner.training.outputs.loggers import (
     ConsoleWriter,
     JSONLinesWriter,
     TensorBoardWriter,
     Writer,
 )
-from jaxlearner.training.offline_trainer import OfflineTrainer
 from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound, StopCondition
 from jaxlearner.training.trainer import Trainer
 

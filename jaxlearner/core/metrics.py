@@ -78,7 +78,7 @@ def iter_metrics(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple
     """Each value of nested metrics with its ``"/"``-joined key, in insertion order.
 
     The one traversal behind the writers' lenient ``flatten_metrics``
-    (:mod:`jaxlearner.training.loggers`) and the checkpoints' strict one
+    (:mod:`jaxlearner.training.outputs.loggers`) and the checkpoints' strict one
     (:mod:`jaxlearner.checkpoint.metadata`).
 
     Example:

@@ -29,7 +29,7 @@ from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import LearnerState
-from jaxlearner.training.loggers import Writer
+from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.run_loop import Steppable, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from jaxlearner.training.loggers import ProgressBar, Writer, describe_stop
+from jaxlearner.training.outputs.loggers import ProgressBar, Writer, describe_stop
 from jaxlearner.training.stop_conditions import AnyOf, RewardBound, StopCondition
 
 

@@ -41,7 +41,7 @@ from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
 from jaxlearner.training.feeds import make_feed
-from jaxlearner.training.loggers import Writer, flatten_metrics
+from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.stop_conditions import StopCondition
 

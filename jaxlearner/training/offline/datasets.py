@@ -29,7 +29,7 @@ A dataset folder holds two files:
 dataset); :func:`load_dataset` reads and checks one, and
 :func:`check_dataset_spaces` compares its spaces with a learner's or an
 environment's, so a mismatch is reported before anything compiles. Minari
-datasets are read by :mod:`jaxlearner.training.minari_datasets`.
+datasets are read by :mod:`jaxlearner.training.offline.minari_datasets`.
 
 Example:
   >>> dataset = record_episodes(

@@ -15,7 +15,7 @@ and the done flags of their last live step cut GAE's trace. A copy whose
 agents are all done is reset in the same step (the transition keeps the
 true final observations), so every step of every copy is an env step.
 
-PettingZoo itself is imported only by :mod:`jaxlearner.training.multi_agent_env`;
+PettingZoo itself is imported only by :mod:`jaxlearner.training.multi_agent.env`;
 this module uses the ``ParallelEnv`` API.
 """
 
@@ -36,7 +36,7 @@ from jaxlearner.training.env_state import (
     plain_attributes,
     set_plain_attributes,
 )
-from jaxlearner.training.multi_agent_env import ParallelEnvFactory, make_parallel_envs
+from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 
 MultiAgentPolicy: TypeAlias = Callable[
     [Mapping[str, ModuleState], Mapping[str, jax.Array], jax.Array],
@@ -263,7 +263,7 @@ class MultiAgentEnvRunner:
         Each copy's plain attributes (numbers, arrays, strings, numpy random
         generators, of the env and of every wrapper reached through ``.env``)
         and its live ``agents`` are captured; for pure-Python envs such as
-        :class:`~jaxlearner.training.multi_agent_env.GridSpread` that is their
+        :class:`~jaxlearner.training.multi_agent.env.GridSpread` that is their
         whole state, so :meth:`set_state` continues exactly.
         """
         return {

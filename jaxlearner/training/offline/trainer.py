@@ -40,9 +40,9 @@ from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState
-from jaxlearner.training.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
-from jaxlearner.training.loggers import Writer, flatten_metrics
+from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
+from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.trainer import TrainerCounters
@@ -55,7 +55,7 @@ class OfflineTrainer:
     Args:
       learner: a learner from ``jl.algorithms.bc/marwil(...)`` (its algorithm
         is derived from it) or an :class:`~jaxlearner.algorithms.OfflineAlgorithm`.
-      dataset: a :class:`~jaxlearner.training.datasets.Dataset` or a dataset folder.
+      dataset: a :class:`~jaxlearner.training.offline.datasets.Dataset` or a dataset folder.
       env: the evaluation environment (an id, an env factory, ...); default: the
         dataset's ``env``.
       env_config: keyword arguments for ``gymnasium.make`` or the factory.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from jaxlearner.training.multi_agent_env import ParallelEnvFactory, make_parallel_envs
+from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 
 PolicyMapping: TypeAlias = Callable[[str], str] | Mapping[str, str]
 """``policy_mapping_fn(agent_id) -> policy_id``, or a dict ``{agent_id: policy_id}``."""
@@ -103,7 +103,7 @@ def policy_spaces(
         as :func:`agent_groups`.
 
     Example:
-      >>> from jaxlearner.training.multi_agent_env import GridSpread
+      >>> from jaxlearner.training.multi_agent.env import GridSpread
       >>> policy_spaces(GridSpread, lambda agent: "shared")
       {'shared': (Box(-1.0, 1.0, (8,), float32), Discrete(5))}
     """
@@ -140,7 +140,7 @@ def check_agent_spaces(
       ValueError: naming the agent, its spaces and the policy's.
 
     Example:
-      >>> from jaxlearner.training.multi_agent_env import GridSpread
+      >>> from jaxlearner.training.multi_agent.env import GridSpread
       >>> check_agent_spaces(GridSpread(), {"shared": ["agent_0"]},
       ...                    policy_spaces(GridSpread, lambda agent: "shared"))
     """

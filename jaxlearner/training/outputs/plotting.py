@@ -1,7 +1,7 @@
 """Learning curves: one run's, or many seeds' mean and spread per configuration.
 
 :func:`plot_run` draws one training run from the records a
-:class:`~jaxlearner.training.loggers.JSONLinesWriter` wrote (what
+:class:`~jaxlearner.training.outputs.loggers.JSONLinesWriter` wrote (what
 ``jaxlearner plot`` shows). Metrics from :mod:`jaxlearner.anakin.sweeps`
 are arrays with a seeds axis, ``[S, T]`` for one configuration or
 ``[C, S, T]`` for a sweep.
@@ -169,7 +169,7 @@ def plot_run(
 
     Args:
       records: the run's metrics, as
-        :func:`~jaxlearner.training.loggers.read_json_lines` returns them;
+        :func:`~jaxlearner.training.outputs.loggers.read_json_lines` returns them;
         records without ``env_steps`` are skipped.
       ax: a matplotlib ``Axes``; default a new figure's. Call again with the
         same ``ax`` to compare runs.

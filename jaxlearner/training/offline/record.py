@@ -2,7 +2,7 @@
 
 :func:`record_run` is ``jaxlearner record RUN``: it restores a checkpoint of a
 ``jaxlearner train`` run, records episodes of its policy and writes them as a
-dataset folder (:mod:`jaxlearner.training.datasets`). :func:`read_dataset`
+dataset folder (:mod:`jaxlearner.training.offline.datasets`). :func:`read_dataset`
 reads what ``jaxlearner train --dataset`` names, and :func:`check_offline_dataset`
 checks it against the algorithm and the environment before anything is built
 further. Each raises ``ValueError`` (or ``FileNotFoundError``, ``FileExistsError``,
@@ -24,7 +24,8 @@ from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
 from jaxlearner.algorithms.offline import updates_per_iteration
 from jaxlearner.checkpoint.rebuild import restore
-from jaxlearner.training.datasets import (
+from jaxlearner.training.env_runner import make_vector_env
+from jaxlearner.training.offline.datasets import (
     EPISODES_FILE,
     METADATA_FILE,
     Dataset,
@@ -33,7 +34,6 @@ from jaxlearner.training.datasets import (
     record_episodes,
     save_dataset,
 )
-from jaxlearner.training.env_runner import make_vector_env
 
 MINARI_PREFIX = "minari:"
 """``--dataset minari:ID`` names a Minari dataset stored locally (an id or a folder)."""
@@ -94,11 +94,11 @@ def read_dataset(text: str) -> Dataset:
 
     Raises:
       FileNotFoundError, ValueError, TypeError, ImportError: see
-        :func:`~jaxlearner.training.datasets.load_dataset` and
-        :func:`~jaxlearner.training.minari_datasets.load_minari`.
+        :func:`~jaxlearner.training.offline.datasets.load_dataset` and
+        :func:`~jaxlearner.training.offline.minari_datasets.load_minari`.
     """
     if text.startswith(MINARI_PREFIX):
-        from jaxlearner.training.minari_datasets import load_minari
+        from jaxlearner.training.offline.minari_datasets import load_minari
 
         return load_minari(text.removeprefix(MINARI_PREFIX))
     return load_dataset(text)

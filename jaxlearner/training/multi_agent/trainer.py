@@ -8,7 +8,7 @@ policies of their own learn independently. Each iteration
 
 1. steps ``num_envs`` copies of the env, every policy acting once per step,
    in one jitted call, for all its agents in all copies
-   (:class:`~jaxlearner.training.multi_agent_runner.MultiAgentEnvRunner`);
+   (:class:`~jaxlearner.training.multi_agent.runner.MultiAgentEnvRunner`);
 2. postprocesses each trained policy's ``[T, N * k]`` experience (GAE along
    each agent's stream), all policies in one jitted call;
 3. calls one ``learner.update(state, {policy_id: batch, ...})``; the
@@ -23,8 +23,8 @@ minibatch) is reported before anything compiles.
 
 Example:
   >>> import jaxlearner as jl
-  >>> from jaxlearner.training.multi_agent import MultiAgentTrainer, policy_spaces
-  >>> from jaxlearner.training.multi_agent_env import GridSpread
+  >>> from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, policy_spaces
+  >>> from jaxlearner.training.multi_agent.env import GridSpread
   >>> mapping = {"agent_0": "blue", "agent_1": "red"}
   >>> learner = jl.algorithms.multi_agent_ppo(
   ...     policy_spaces(GridSpread, mapping),
@@ -54,16 +54,16 @@ from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
-from jaxlearner.training.loggers import Writer, flatten_metrics
-from jaxlearner.training.multi_agent_env import ParallelEnvFactory, make_parallel_envs
-from jaxlearner.training.multi_agent_runner import MultiAgentEnvRunner, MultiAgentPolicy
-from jaxlearner.training.multi_agent_stats import MultiAgentCounters, episode_stats
-from jaxlearner.training.policy_mapping import (
+from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
+from jaxlearner.training.multi_agent.policy_mapping import (
     PolicyMapping,
     agent_groups,
     check_agent_spaces,
     policy_spaces,
 )
+from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner, MultiAgentPolicy
+from jaxlearner.training.multi_agent.stats import MultiAgentCounters, episode_stats
+from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.run_book import RunBook
 from jaxlearner.training.stop_conditions import StopCondition
 

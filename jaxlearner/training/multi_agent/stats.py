@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from jaxlearner.training.multi_agent_runner import MultiAgentRollout
+from jaxlearner.training.multi_agent.runner import MultiAgentRollout
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of the episode statistics (RLlib's default)."""

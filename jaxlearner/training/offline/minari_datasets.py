@@ -1,4 +1,4 @@
-"""Minari datasets stored locally, read as a :class:`~jaxlearner.training.datasets.Dataset`.
+"""Minari datasets stored locally, read as a :class:`~jaxlearner.training.offline.datasets.Dataset`.
 
 The only module that imports ``minari`` (the ``minari`` extra: ``pip install
 'jaxlearner[minari]'``, which brings its HDF5 storage). Nothing is downloaded:
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxlearner.algorithms.networks.spaces import space_to_json
-from jaxlearner.training.datasets import COLUMNS, Dataset
+from jaxlearner.training.offline.datasets import COLUMNS, Dataset
 
 EXTRA_HINT = "pip install 'jaxlearner[minari]'"
 
