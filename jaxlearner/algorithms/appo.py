@@ -75,13 +75,12 @@ import optax
 from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
-    check_activation,
     check_fraction,
-    check_layers,
+    check_policy_network_config,
     check_positive,
     check_positive_int,
     check_schedule,
-    freeze_schedule,
+    freeze_schedules,
 )
 from jaxlearner.algorithms.networks.acting import policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
@@ -94,7 +93,7 @@ from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
@@ -186,20 +185,8 @@ class APPOConfig:
                 f"APPOConfig.kl_coeff and vf_loss_coeff must be >= 0; got {self.kl_coeff!r} "
                 f"and {self.vf_loss_coeff!r}."
             )
-        if self.grad_clip_by not in CLIP_MODES:
-            raise ValueError(
-                f"APPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
-            )
-        check_layers(
-            "APPOConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
-        )
-        check_activation(
-            "APPOConfig", activation=self.activation, head_activation=self.head_activation
-        )
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
-        for name in ("lr", "clip_param", "entropy_coeff"):
-            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        check_policy_network_config(self)
+        freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
 
 def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):

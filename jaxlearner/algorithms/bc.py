@@ -34,11 +34,10 @@ import optax
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
-    check_activation,
-    check_layers,
-    check_positive_int,
+    check_offline_batch_config,
+    check_policy_network_config,
     check_schedule,
-    freeze_schedule,
+    freeze_schedules,
 )
 from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
@@ -53,7 +52,7 @@ from jaxlearner.algorithms.networks.spaces import bounds
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.types import Batch, Params
 
@@ -77,24 +76,9 @@ class BCConfig:
 
     def __post_init__(self) -> None:
         check_schedule("BCConfig", lr=self.lr)
-        check_positive_int("BCConfig", train_batch_size=self.train_batch_size)
-        if self.dataset_num_iters_per_learner is not None:
-            check_positive_int(
-                "BCConfig", dataset_num_iters_per_learner=self.dataset_num_iters_per_learner
-            )
-        if self.grad_clip_by not in CLIP_MODES:
-            raise ValueError(
-                f"BCConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
-            )
-        check_layers(
-            "BCConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
-        )
-        check_activation(
-            "BCConfig", activation=self.activation, head_activation=self.head_activation
-        )
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
-        object.__setattr__(self, "lr", freeze_schedule(self.lr))
+        check_offline_batch_config(self)
+        check_policy_network_config(self)
+        freeze_schedules(self, "lr")
 
 
 def bc_loss(distribution: DistributionSpec):

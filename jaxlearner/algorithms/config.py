@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from jaxlearner.algorithms.networks.encoders import ACTIVATIONS
+from jaxlearner.core.optimizer import CLIP_MODES
 from jaxlearner.core.schedules import as_schedule
 
 ConfigT = TypeVar("ConfigT")
@@ -173,3 +174,52 @@ def freeze_schedule(value: Any) -> Any:
     if isinstance(value, list | tuple) and all(isinstance(p, list | tuple) for p in value):
         return tuple(tuple(point) for point in value)
     return value
+
+
+def freeze_schedules(config: Any, *names: str) -> None:
+    """Replaces each named field of a frozen ``config`` by :func:`freeze_schedule` of it."""
+    for name in names:
+        object.__setattr__(config, name, freeze_schedule(getattr(config, name)))
+
+
+def check_policy_network_config(config: Any) -> None:
+    """Checks and normalises the fields of an actor(-critic) MLP and its optimizer's clipping.
+
+    For the configs of PPO, APPO, MARWIL and BC, each of which keeps these
+    fields itself, with RLlib's flat names: ``grad_clip_by``, ``hidden_sizes``,
+    ``head_hidden_sizes``, ``activation`` and ``head_activation``. The layer
+    sizes are stored as tuples (hashable, equal after JSON).
+
+    Args:
+      config: a frozen config dataclass; its class name starts each message.
+
+    Raises:
+      ValueError: naming the field, the value received and the valid values:
+        ``grad_clip_by`` in ``CLIP_MODES``, layer sizes as positive ints, known
+        activations.
+
+    Example:
+      >>> check_policy_network_config(PPOConfig())  # doctest: +SKIP
+    """
+    owner = type(config).__name__
+    check_choice(owner, "grad_clip_by", config.grad_clip_by, CLIP_MODES)
+    check_layers(
+        owner, hidden_sizes=config.hidden_sizes, head_hidden_sizes=config.head_hidden_sizes
+    )
+    check_activation(owner, activation=config.activation, head_activation=config.head_activation)
+    object.__setattr__(config, "hidden_sizes", tuple(config.hidden_sizes))
+    object.__setattr__(config, "head_hidden_sizes", tuple(config.head_hidden_sizes))
+
+
+def check_offline_batch_config(config: Any) -> None:
+    """Checks the batching fields of the offline configs (MARWIL's and BC's).
+
+    Raises:
+      ValueError: unless ``train_batch_size`` is a positive int and
+        ``dataset_num_iters_per_learner`` ``None`` or a positive int.
+    """
+    owner = type(config).__name__
+    check_positive_int(owner, train_batch_size=config.train_batch_size)
+    if config.dataset_num_iters_per_learner is not None:
+        iterations = config.dataset_num_iters_per_learner
+        check_positive_int(owner, dataset_num_iters_per_learner=iterations)

@@ -57,13 +57,12 @@ import optax
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm, RowsFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
-    check_activation,
     check_fraction,
-    check_layers,
+    check_offline_batch_config,
+    check_policy_network_config,
     check_positive,
-    check_positive_int,
     check_schedule,
-    freeze_schedule,
+    freeze_schedules,
 )
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
@@ -74,7 +73,7 @@ from jaxlearner.core.additional_updates import AdditionalUpdate
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Metrics, Model, Params
@@ -115,27 +114,11 @@ class MARWILConfig:
         check_positive(
             "MARWILConfig", moving_average_sqd_adv_norm_start=self.moving_average_sqd_adv_norm_start
         )
-        check_positive_int("MARWILConfig", train_batch_size=self.train_batch_size)
-        if self.dataset_num_iters_per_learner is not None:
-            check_positive_int(
-                "MARWILConfig", dataset_num_iters_per_learner=self.dataset_num_iters_per_learner
-            )
+        check_offline_batch_config(self)
         if self.vf_coeff < 0:
             raise ValueError(f"MARWILConfig.vf_coeff must be >= 0; got {self.vf_coeff!r}.")
-        if self.grad_clip_by not in CLIP_MODES:
-            raise ValueError(
-                f"MARWILConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
-            )
-        check_layers(
-            "MARWILConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
-        )
-        check_activation(
-            "MARWILConfig", activation=self.activation, head_activation=self.head_activation
-        )
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
-        for name in ("lr", "beta"):
-            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        check_policy_network_config(self)
+        freeze_schedules(self, "lr", "beta")
 
 
 def marwil_loss(distribution: DistributionSpec):

@@ -73,13 +73,12 @@ from jaxlearner.algorithms.algorithm import (
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
-    check_activation,
     check_fraction,
-    check_layers,
+    check_policy_network_config,
     check_positive,
     check_positive_int,
     check_schedule,
-    freeze_schedule,
+    freeze_schedules,
 )
 from jaxlearner.algorithms.networks.acting import policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
@@ -93,7 +92,7 @@ from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model
@@ -147,12 +146,7 @@ class PPOConfig:
             lstm_cell_size=self.lstm_cell_size,
             max_seq_len=self.max_seq_len,
         )
-        check_layers(
-            "PPOConfig", hidden_sizes=self.hidden_sizes, head_hidden_sizes=self.head_hidden_sizes
-        )
-        check_activation(
-            "PPOConfig", activation=self.activation, head_activation=self.head_activation
-        )
+        check_policy_network_config(self)
         self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(
@@ -161,14 +155,7 @@ class PPOConfig:
             )
         if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
             raise ValueError("PPOConfig.kl_coeff and vf_loss_coeff must be >= 0.")
-        if self.grad_clip_by not in CLIP_MODES:
-            raise ValueError(
-                f"PPOConfig.grad_clip_by must be one of {CLIP_MODES}; got {self.grad_clip_by!r}."
-            )
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
-        for name in ("lr", "clip_param", "entropy_coeff"):
-            object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
+        freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
     def _check_recurrent(self) -> None:
         if not isinstance(self.use_lstm, bool):
