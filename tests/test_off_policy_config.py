@@ -6,7 +6,7 @@ import typing
 import pytest
 
 from jaxlearner.algorithms.dqn import DQNConfig
-from jaxlearner.algorithms.replay.off_policy import OffPolicyFields, check_off_policy_config
+from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields, check_off_policy_config
 from jaxlearner.algorithms.sac import SACConfig
 
 SHARED = sorted(typing.get_type_hints(OffPolicyFields))

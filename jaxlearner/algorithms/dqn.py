@@ -100,9 +100,7 @@ import optax
 
 from jaxlearner.algorithms.algorithm import (
     ActFn,
-    Experience,
     OffPolicyAlgorithm,
-    PrioritizedReplay,
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
@@ -115,14 +113,12 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.networks.models import q_network
 from jaxlearner.algorithms.replay.off_policy import (
-    TD_ERROR_LOSSES,
-    check_off_policy_config,
     masked_mean,
+    off_policy_algorithm,
     replay_layout,
-    replay_transitions,
     td_error_loss,
-    updates_per_step,
 )
+from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES, check_off_policy_config
 from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -351,42 +347,14 @@ def make_algorithm(
     (``learner.specs["default_policy"].model``); nothing is built but functions.
     """
     model = learner.specs[MODULE_ID].model
-    explore, exploit = _act_functions(model, config.epsilon, action_space)
 
-    def transitions(experience: Experience) -> Batch:
-        return replay_transitions(experience, config.n_step, config.gamma, jnp.int32)
+    def td_errors(module: ModuleState, batch: Batch, key: jax.Array) -> jax.Array:
+        del key
+        target_params = module.extra[TARGET]
+        return dqn_td_error(model.apply, module.params, target_params, batch, config.double_q)[0]
 
-    prioritized = None
-    if config.prioritized_replay:
-
-        def td_errors(module: ModuleState, batch: Batch, key: jax.Array) -> jax.Array:
-            del key
-            return dqn_td_error(
-                model.apply, module.params, module.extra[TARGET], batch, config.double_q
-            )[0]
-
-        prioritized = PrioritizedReplay(
-            alpha=config.prioritized_replay_alpha,
-            beta=config.prioritized_replay_beta,
-            eps=config.prioritized_replay_eps,
-            td_errors=td_errors,
-        )
-
-    return OffPolicyAlgorithm(
-        name="dqn",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=explore,
-        exploit=exploit,
-        rollout_steps=lambda num_envs: config.rollout_fragment_length,
-        transitions=transitions,
-        replay_capacity=config.replay_buffer_capacity,
-        train_batch_size=config.train_batch_size,
-        learning_starts=config.num_steps_sampled_before_learning_starts,
-        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
-        prioritized_replay=prioritized,
-    )
+    acts = _act_functions(model, config.epsilon, action_space)
+    return off_policy_algorithm("dqn", learner, config, acts, jnp.int32, td_errors)
 
 
 def _act_functions(

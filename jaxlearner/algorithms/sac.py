@@ -73,18 +73,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm, PrioritizedReplay
+from jaxlearner.algorithms.algorithm import OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import check_positive, check_schedule, freeze_schedule
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
 from jaxlearner.algorithms.replay.off_policy import (
-    check_off_policy_config,
+    off_policy_algorithm,
     replay_layout,
-    replay_transitions,
-    updates_per_step,
 )
+from jaxlearner.algorithms.replay.off_policy_config import check_off_policy_config
 from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -266,33 +265,17 @@ def make_algorithm(
     discrete = model.distribution.is_discrete
     act = _act(model, int(action_space.start) if discrete else 0)
     action_dtype = jnp.int32 if discrete else jnp.float32
-
-    def transitions(experience: Experience) -> Batch:
-        return replay_transitions(experience, config.n_step, config.gamma, action_dtype)
-
-    prioritized = None
-    if config.prioritized_replay:
-        prioritized = PrioritizedReplay(
-            alpha=config.prioritized_replay_alpha,
-            beta=config.prioritized_replay_beta,
-            eps=config.prioritized_replay_eps,
-            td_errors=lambda module, batch, key: sac_td_errors(model, module, batch, key),
-        )
-
-    return OffPolicyAlgorithm(
-        name="sac",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
-        rollout_steps=lambda num_envs: config.rollout_fragment_length,
-        transitions=transitions,
-        replay_capacity=config.replay_buffer_capacity,
-        train_batch_size=config.train_batch_size,
-        learning_starts=config.num_steps_sampled_before_learning_starts,
-        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
-        prioritized_replay=prioritized,
+    acts = (
+        lambda module, obs, key: act(module, obs, key, False),
+        lambda module, obs, key: act(module, obs, key, True),
+    )
+    return off_policy_algorithm(
+        "sac",
+        learner,
+        config,
+        acts,
+        action_dtype,
+        lambda module, batch, key: sac_td_errors(model, module, batch, key),
     )
 
 

@@ -36,7 +36,8 @@ import jax.numpy as jnp
 
 from jaxlearner.algorithms.config import check_choice
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.replay.off_policy import TD_ERROR_LOSSES, masked_mean, td_error_loss
+from jaxlearner.algorithms.replay.off_policy import masked_mean, td_error_loss
+from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES
 from jaxlearner.core.context import LossContext
 from jaxlearner.types import Batch, Params
 

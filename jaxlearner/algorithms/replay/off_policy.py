@@ -1,4 +1,4 @@
-"""What DQN and SAC share: replay rows, the replay update loop, training intensity, config checks.
+"""What DQN and SAC share: replay rows, the replay update loop, training intensity, the algorithm.
 
 Both algorithms store the same row in their replay buffer, built by
 :func:`replay_transitions` from a ``[T, N]`` rollout:
@@ -45,34 +45,68 @@ per iteration, as static numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner.algorithms.algorithm import Experience, OffPolicyAlgorithm
-from jaxlearner.algorithms.config import (
-    check_activation,
-    check_choice,
-    check_fraction,
-    check_layers,
-    check_non_negative_int,
-    check_optional_positive,
-    check_positive_int,
-    check_schedule,
+from jaxlearner.algorithms.algorithm import (
+    ActFn,
+    Experience,
+    OffPolicyAlgorithm,
+    PrioritizedReplay,
+    TDErrorsFn,
 )
 from jaxlearner.algorithms.networks.spaces import zero_observation
 from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
+from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields
 from jaxlearner.algorithms.trajectories.returns import n_step_rewards
-from jaxlearner.core.optimizer import CLIP_MODES
-from jaxlearner.core.schedules import ScheduleLike
+from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import LearnerState
 from jaxlearner.types import Batch, Metrics
 
-TD_ERROR_LOSSES: tuple[str, ...] = ("huber", "mse")
-"""``td_error_loss_fn`` values: Huber with delta 1 (``0.5 x^2`` inside ``|x| < 1``) or ``x^2``."""
+
+def off_policy_algorithm(
+    name: str,
+    learner: Learner,
+    config: OffPolicyFields,
+    acts: tuple[ActFn, ActFn],
+    action_dtype: Any,
+    td_errors: TDErrorsFn,
+) -> OffPolicyAlgorithm:
+    """DQN's or SAC's algorithm: ``acts = (explore, exploit)`` and the replay its config asks.
+
+    Rows are :func:`replay_transitions` of ``action_dtype`` actions;
+    ``td_errors(module, batch, key)`` sets the priorities when
+    ``config.prioritized_replay``, and is unused otherwise.
+    """
+    prioritized = None
+    if config.prioritized_replay:
+        prioritized = PrioritizedReplay(
+            alpha=config.prioritized_replay_alpha,
+            beta=config.prioritized_replay_beta,
+            eps=config.prioritized_replay_eps,
+            td_errors=td_errors,
+        )
+    return OffPolicyAlgorithm(
+        name=name,
+        module_id="default_policy",
+        learner=learner,
+        config=config,
+        explore=acts[0],
+        exploit=acts[1],
+        rollout_steps=lambda num_envs: config.rollout_fragment_length,
+        transitions=lambda experience: replay_transitions(
+            experience, config.n_step, config.gamma, action_dtype
+        ),
+        replay_capacity=config.replay_buffer_capacity,
+        train_batch_size=config.train_batch_size,
+        learning_starts=config.num_steps_sampled_before_learning_starts,
+        updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
+        prioritized_replay=prioritized,
+    )
 
 
 def replay_transitions(
@@ -366,108 +400,3 @@ def td_error_loss(td_error: jax.Array, kind: str) -> jax.Array:
         magnitude = jnp.abs(td_error)
         return jnp.where(magnitude < 1.0, 0.5 * td_error**2, magnitude - 0.5)
     return td_error**2
-
-
-class OffPolicyFields(Protocol):
-    """The config fields DQN's and SAC's configs share, with RLlib's flat names.
-
-    Each config class declares them itself (no inheritance: saved recipes and
-    ``key=value`` overrides name them flat); :func:`check_off_policy_config`
-    checks them once for both. ``tau`` is a constant or a schedule (frozen
-    with :func:`~jaxlearner.algorithms.config.freeze_schedule` first).
-    """
-
-    gamma: float
-    tau: ScheduleLike
-    train_batch_size: int
-    replay_buffer_capacity: int
-    num_steps_sampled_before_learning_starts: int
-    training_intensity: float | None
-    rollout_fragment_length: int
-    n_step: int
-    hidden_sizes: Sequence[int]
-    activation: str
-    td_error_loss_fn: str
-    grad_clip: float | None
-    grad_clip_by: str
-    prioritized_replay: bool
-    prioritized_replay_alpha: float
-    prioritized_replay_beta: float
-    prioritized_replay_eps: float
-
-
-def check_off_policy_config(owner: str, config: OffPolicyFields) -> None:
-    """Checks the fields of :class:`OffPolicyFields`, for ``DQNConfig`` and ``SACConfig``.
-
-    Args:
-      owner: the config's class name, which starts each message
-        (``"DQNConfig.gamma must be ..."``).
-      config: the config, its schedules already frozen.
-
-    Raises:
-      ValueError: naming the field, the value received and what is expected:
-        ``gamma`` in ``[0, 1]``; ``tau`` in ``(0, 1]`` or a schedule; positive
-        ints ``train_batch_size``, ``replay_buffer_capacity`` (at least
-        ``train_batch_size``), ``rollout_fragment_length`` and ``n_step``; an
-        int ``num_steps_sampled_before_learning_starts >= 0``; ``None`` or
-        positive ``training_intensity`` and ``grad_clip``; ``td_error_loss_fn``
-        in :data:`TD_ERROR_LOSSES`, ``grad_clip_by`` in ``CLIP_MODES``;
-        ``hidden_sizes`` positive ints; a known ``activation``; the
-        prioritized replay fields (:func:`check_prioritized_replay_config`).
-      TypeError: for a ``tau`` that is neither a number nor a schedule.
-
-    Example:
-      >>> check_off_policy_config("DQNConfig", DQNConfig())        # doctest: +SKIP
-    """
-    check_prioritized_replay_config(owner, config)
-    check_schedule(owner, tau=config.tau)
-    check_fraction(owner, gamma=config.gamma)
-    if isinstance(config.tau, int | float) and not 0 < config.tau <= 1:
-        raise ValueError(f"{owner}.tau must lie in (0, 1]; got {config.tau!r}.")
-    check_positive_int(
-        owner,
-        train_batch_size=config.train_batch_size,
-        replay_buffer_capacity=config.replay_buffer_capacity,
-        rollout_fragment_length=config.rollout_fragment_length,
-        n_step=config.n_step,
-    )
-    check_non_negative_int(
-        owner,
-        num_steps_sampled_before_learning_starts=config.num_steps_sampled_before_learning_starts,
-    )
-    check_optional_positive(
-        owner, training_intensity=config.training_intensity, grad_clip=config.grad_clip
-    )
-    check_choice(owner, "td_error_loss_fn", config.td_error_loss_fn, TD_ERROR_LOSSES)
-    check_choice(owner, "grad_clip_by", config.grad_clip_by, CLIP_MODES)
-    check_layers(owner, hidden_sizes=config.hidden_sizes)
-    check_activation(owner, activation=config.activation)
-    if config.replay_buffer_capacity < config.train_batch_size:
-        raise ValueError(
-            f"{owner}.replay_buffer_capacity ({config.replay_buffer_capacity}) is smaller "
-            f"than train_batch_size ({config.train_batch_size})."
-        )
-
-
-def check_prioritized_replay_config(owner: str, config: Any) -> None:
-    """Checks a config's ``prioritized_replay`` fields (DQN's and SAC's).
-
-    Raises:
-      ValueError: unless ``prioritized_replay`` is a bool, ``prioritized_replay_alpha``
-        and ``prioritized_replay_beta`` numbers in ``[0, 1]`` and
-        ``prioritized_replay_eps`` a number ``>= 0``.
-    """
-    if not isinstance(config.prioritized_replay, bool):
-        raise ValueError(
-            f"{owner}.prioritized_replay must be True or False; got {config.prioritized_replay!r}."
-        )
-    for name, high in (("alpha", 1.0), ("beta", 1.0), ("eps", math.inf)):
-        value = getattr(config, f"prioritized_replay_{name}")
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not 0 <= value <= high
-        ):
-            valid = "a number >= 0" if high == math.inf else "a number in [0, 1]"
-            raise ValueError(f"{owner}.prioritized_replay_{name} must be {valid}; got {value!r}.")
