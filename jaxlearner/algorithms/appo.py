@@ -85,7 +85,7 @@ from jaxlearner.algorithms.config import (
 from jaxlearner.algorithms.networks.acting import policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
-from jaxlearner.algorithms.networks.models import actor_critic
+from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
 from jaxlearner.algorithms.trajectories.returns import vtrace
@@ -281,16 +281,7 @@ def make_learner(
 
     Use :func:`appo` (or ``RECIPE.learner``), which also makes the typed config.
     """
-    model = actor_critic(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        share_encoder=config.vf_share_layers,
-        log_std_init=config.log_std_init,
-        head_hidden_sizes=config.head_hidden_sizes,
-        head_activation=config.head_activation,
-    )
+    model = actor_critic(observation_space, action_space, **actor_critic_options(config))
     distribution = distribution_for(action_space)
     length = config.rollout_fragment_length
     return Learner(

@@ -66,7 +66,7 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
-from jaxlearner.algorithms.networks.models import actor_critic
+from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.offline import returns_to_go
 from jaxlearner.core.additional_updates import AdditionalUpdate
@@ -196,16 +196,7 @@ def make_learner(
 
     Use :func:`marwil` (or ``RECIPE.learner``), which also makes the typed config.
     """
-    model = actor_critic(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        share_encoder=config.vf_share_layers,
-        log_std_init=config.log_std_init,
-        head_hidden_sizes=config.head_hidden_sizes,
-        head_activation=config.head_activation,
-    )
+    model = actor_critic(observation_space, action_space, **actor_critic_options(config))
     distribution = distribution_for(action_space)
     optimizer = Optimizer(
         optax.adam,

@@ -83,7 +83,7 @@ from jaxlearner.algorithms.config import (
 from jaxlearner.algorithms.networks.acting import policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.heads import distribution_for
-from jaxlearner.algorithms.networks.models import actor_critic
+from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import ppo_loss, recurrent_ppo_loss
@@ -219,14 +219,7 @@ def ppo_module(
       ...                      batch_layout={"left": layout, "right": layout})  # doctest: +SKIP
     """
     distribution = distribution_for(action_space)
-    common = {
-        "hidden_sizes": config.hidden_sizes,
-        "activation": config.activation,
-        "share_encoder": config.vf_share_layers,
-        "log_std_init": config.log_std_init,
-        "head_hidden_sizes": config.head_hidden_sizes,
-        "head_activation": config.head_activation,
-    }
+    common = actor_critic_options(config)
     if config.use_lstm:
         model = recurrent_actor_critic(
             observation_space,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import gymnasium
@@ -121,6 +122,29 @@ def actor_critic(
         Tower(encoder_for(observation_space, hidden_sizes, activation), policy),
         Tower(encoder_for(observation_space, hidden_sizes, activation), value),
     )
+
+
+def actor_critic_options(config: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`actor_critic` that an actor-critic config sets.
+
+    For PPO's, APPO's and MARWIL's configs (RLlib's field names):
+    ``hidden_sizes``, ``activation``, ``vf_share_layers`` (as ``share_encoder``),
+    ``log_std_init``, ``head_hidden_sizes`` and ``head_activation``;
+    :func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`
+    takes the same.
+
+    Example:
+      >>> model = actor_critic(obs_space, action_space, **actor_critic_options(PPOConfig()))
+      ... # doctest: +SKIP
+    """
+    return {
+        "hidden_sizes": config.hidden_sizes,
+        "activation": config.activation,
+        "share_encoder": config.vf_share_layers,
+        "log_std_init": config.log_std_init,
+        "head_hidden_sizes": config.head_hidden_sizes,
+        "head_activation": config.head_activation,
+    }
 
 
 class QNetwork(nn.Module):
