@@ -481,16 +481,16 @@ def _orbax_options(options: CheckpointOptions, cleanup: bool) -> ocp.CheckpointM
 def _release_waiting_threads(operation: str | None) -> None:
     """Lets the background threads of a failed orbax save end, so the process can exit.
 
-    Orbax (0.12) runs each part of a save in a non-daemon thread that waits for signals
-    from the parts before it; a failed part sends none, so the rest wait out a 300 s
-    timeout and the interpreter, joining them at exit, hangs. Each waiting thread of
-    ``operation`` is cancelled and sent its signals: it ends without running its part.
-    """
+    Orbax 0.12 runs each part of a save in a thread waiting for the signals of the parts
+    before it; a failed part sends none and the exit hangs 300 s. Each waiting thread of
+    ``operation`` is cancelled and signalled (orbax 0.11 lacks both calls: left alone)."""
     waiting = [
         thread
         for thread in threading.enumerate()
         if isinstance(thread, orbax_future._SignalingThread)
         and thread.is_alive()
+        and callable(getattr(thread, "cancel", None))
+        and hasattr(orbax_future, "set_signals")
         and operation in (None, getattr(thread, "_operation_id", None))
     ]
     for thread in waiting:
