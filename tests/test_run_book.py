@@ -12,7 +12,7 @@ from helpers import ListWriter, mse_loss, regression_batch
 
 import jaxlearner as jl
 from jaxlearner.training.offline.datasets import record_episodes
-from jaxlearner.training.run_book import RunBook
+from jaxlearner.training.run_book import RunBook, check_eval_episodes
 from jaxlearner.training.trainer import TrainerCounters
 
 
@@ -167,3 +167,10 @@ def test_a_trainers_counters_and_history_can_still_be_replaced():
     stats = trainer.step()
     assert stats["iteration"] == 6.0 and stats["env_steps"] == trainer.rows_per_iteration
     assert trainer.history == [stats] and trainer.counters.iteration == 6
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.0, "4", None])
+def test_check_eval_episodes_refuses_what_is_no_positive_count(bad):
+    with pytest.raises(ValueError, match=r"eval_episodes must be a positive int; got"):
+        check_eval_episodes(bad)
+    check_eval_episodes(3)

@@ -238,3 +238,13 @@ class RunBook(Generic[CountersT]):
         """Closes the writers."""
         for writer in self._writers:
             writer.close()
+
+
+def check_eval_episodes(eval_episodes: object) -> None:
+    """Raises unless ``eval_episodes`` (a trainer's evaluation episodes) is a positive int.
+
+    Raises:
+      ValueError: naming the value received (a bool is no count).
+    """
+    if type(eval_episodes) is not int or eval_episodes < 1:
+        raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")

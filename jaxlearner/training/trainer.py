@@ -42,7 +42,7 @@ from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_book import RunBook
+from jaxlearner.training.run_book import RunBook, check_eval_episodes
 from jaxlearner.training.stop_conditions import StopCondition
 
 RECENT_EPISODES = 100
@@ -139,8 +139,7 @@ class Trainer:
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         self._algorithm = algorithm
-        if type(eval_episodes) is not int or eval_episodes < 1:  # bool is no count
-            raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
+        check_eval_episodes(eval_episodes)
         self._env, self._env_config = env, dict(env_config or {})
         self._vectorization = vectorization
         runner = self._runner = EnvRunner(

@@ -64,7 +64,7 @@ from jaxlearner.training.multi_agent.policy_mapping import (
 from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner, MultiAgentPolicy
 from jaxlearner.training.multi_agent.stats import MultiAgentCounters, episode_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_book import RunBook
+from jaxlearner.training.run_book import RunBook, check_eval_episodes
 from jaxlearner.training.stop_conditions import StopCondition
 
 __all__ = [
@@ -130,8 +130,7 @@ class MultiAgentTrainer:
                 f"{type(learner).__name__}."
             )
         policies = policies_of(learner)
-        if type(eval_episodes) is not int or eval_episodes < 1:  # bool is no count
-            raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
+        check_eval_episodes(eval_episodes)
         probe = make_parallel_envs(env, 1, env_config)[0]
         try:
             groups = agent_groups(probe.possible_agents, policy_mapping_fn, learner.module_ids)

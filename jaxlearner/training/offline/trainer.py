@@ -43,7 +43,7 @@ from jaxlearner.core.state import LearnerState
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_book import RunBook
+from jaxlearner.training.run_book import RunBook, check_eval_episodes
 from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.trainer import TrainerCounters
 
@@ -106,8 +106,7 @@ class OfflineTrainer:
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         self._algorithm = algorithm
-        if type(eval_episodes) is not int or eval_episodes < 1:
-            raise ValueError(f"eval_episodes must be a positive int; got {eval_episodes!r}.")
+        check_eval_episodes(eval_episodes)
         self._dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
         recipe = self.learner.recipe or {}
         check_dataset_spaces(
