@@ -197,7 +197,7 @@ def test_learner_observe_compiles_once_and_keeps_the_rest_of_the_state():
             "valid": np.ones((4, 8), bool),
         }
         new = learner.observe(state, {"m": experience})
-        tree_equal(new.modules["m"].params, state.modules["m"].params)
+        assert tree_equal(new.modules["m"].params, state.modules["m"].params)
         state = new
     assert len(traces) == 1
     assert float(state.modules["m"].extra["moments"]["count"]) == 96.0
@@ -274,7 +274,7 @@ def test_a_trainer_checkpoint_restores_the_observed_state_bit_exactly(tmp_path):
     checkpoint.wait_until_finished()
     other = jl.Trainer(algorithm, "CartPole-v1", num_envs=4, progress=False, seed=5)
     other.restore(checkpoint)
-    tree_equal(
+    assert tree_equal(
         other.state.modules["default_policy"].extra, trainer.state.modules["default_policy"].extra
     )
     checkpoint.close()
