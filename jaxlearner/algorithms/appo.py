@@ -35,6 +35,9 @@ field                             default     meaning (RLlib's name where it dif
 ``activation``                    "tanh"      ``fcnet_activation``
 ``head_hidden_sizes``             ()          ``head_fcnet_hiddens``
 ``head_activation``               "relu"      ``head_fcnet_activation``
+``norm_obs``, ``norm_reward``,    False,      observation normalization and reward scaling,
+``clip_obs``, ``clip_reward``,    10, 1       as PPO's (SB3's ``VecNormalize`` names; see
+``num_envs_per_env_runner``                   ``trajectories.normalization``)
 ================================  ==========  ==============================================
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
@@ -88,6 +91,11 @@ from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
 from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
+from jaxlearner.algorithms.trajectories.normalization import (
+    Normalization,
+    check_normalization_config,
+    normalization_for,
+)
 from jaxlearner.algorithms.trajectories.returns import vtrace
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
@@ -144,9 +152,15 @@ class APPOConfig:
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
     log_std_init: float = 0.0
+    norm_obs: bool = False
+    norm_reward: bool = False
+    clip_obs: float = 10.0
+    clip_reward: float = 10.0
+    num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
         check_fraction("APPOConfig", gamma=self.gamma, lambda_=self.lambda_, tau=self.tau)
+        check_normalization_config("APPOConfig", self)
         check_schedule(
             "APPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
         )
@@ -284,8 +298,9 @@ def make_learner(
     model = actor_critic(observation_space, action_space, **actor_critic_options(config))
     distribution = distribution_for(action_space)
     length = config.rollout_fragment_length
+    observers = normalization_for(config, config.gamma).observers(observation_space)
     return Learner(
-        {MODULE_ID: _module_spec(model, distribution, config)},
+        {MODULE_ID: _module_spec(model, distribution, config, observers)},
         minibatch_size=None if config.minibatch_size is None else config.minibatch_size // length,
         num_epochs=config.num_epochs,
         shuffle=config.shuffle,
@@ -294,7 +309,9 @@ def make_learner(
     )
 
 
-def _module_spec(model: Model, distribution: DistributionSpec, config: APPOConfig) -> ModuleSpec:
+def _module_spec(
+    model: Model, distribution: DistributionSpec, config: APPOConfig, observers: tuple
+) -> ModuleSpec:
     """The module: APPO's loss, Adam, the coefficients, the old policy and the KL coefficient."""
     optimizer = Optimizer(
         optax.adam,
@@ -321,6 +338,7 @@ def _module_spec(model: Model, distribution: DistributionSpec, config: APPOConfi
         ],
         init_input=lambda batch: batch["obs"][:, 0],
         metric_reductions={"mean_kl": "mean"},
+        observers=observers,
     )
 
 
@@ -333,7 +351,8 @@ def make_algorithm(
     nothing is built but these functions.
     """
     model = learner.specs[MODULE_ID].model
-    act = _act(model, distribution_for(action_space), bounds(action_space))
+    norm = normalization_for(config, config.gamma)
+    act = _act(model, distribution_for(action_space), bounds(action_space), norm)
     return OnPolicyAlgorithm(
         name="appo",
         module_id=MODULE_ID,
@@ -341,32 +360,39 @@ def make_algorithm(
         config=config,
         explore=lambda module, obs, key: act(module, obs, key, False),
         exploit=lambda module, obs, key: act(module, obs, key, True),
-        rollout_steps=functools.partial(_rollout_steps, config),
-        postprocess=_postprocess(config.rollout_fragment_length),
+        rollout_steps=functools.partial(_rollout_steps, config, norm),
+        postprocess=_postprocess(config.rollout_fragment_length, norm),
         policy_lag=config.policy_lag,
     )
 
 
-def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+def _act(
+    model: Model, distribution: DistributionSpec, box: tuple | None, norm: Normalization
+) -> Callable:
     """``act(module, obs, key, deterministic)``: sample (or the mode), clipped to a ``Box``;
-    extras ``actions`` (unclipped) and ``logp``, the behaviour policy's."""
+    extras ``actions`` (unclipped) and ``logp``, the behaviour policy's; observations
+    normalized with the module's statistics."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
+        obs = norm.observation(module.extra, obs)
         dist_inputs, _ = model.apply(module.params, obs)
-        return policy_actions(distribution, box, dist_inputs, key, deterministic)
+        env_actions, extras = policy_actions(distribution, box, dist_inputs, key, deterministic)
+        return env_actions, {**extras, **norm.act_extras(obs)}
 
     return act
 
 
-def _postprocess(length: int) -> PostprocessFn:
+def _postprocess(length: int, norm: Normalization) -> PostprocessFn:
     """Cuts a ``[T, N]`` rollout into ``T / length * N`` rows of ``length`` steps of one env.
 
     Row ``k * N + n`` holds env ``n``'s steps ``k * length`` to ``(k + 1) * length - 1``.
-    Nothing depends on the module: targets are the loss's, from the current params.
+    Only the normalization statistics come from the module (observations as the act
+    function normalized them, next observations and rewards with the statistics that
+    include this batch); targets are the loss's, from the current params.
     """
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:
-        del module
+        experience = norm.experience(module.extra, experience)
         batch = {
             "obs": experience["obs"],
             "next_obs": experience["next_obs"],
@@ -389,7 +415,8 @@ def _sequences(length: int, x: jax.Array) -> jax.Array:
     return jnp.swapaxes(x, 1, 2).reshape(steps // length * envs, length, *x.shape[3:])
 
 
-def _rollout_steps(config: APPOConfig, num_envs: int) -> int:
+def _rollout_steps(config: APPOConfig, norm: Normalization, num_envs: int) -> int:
+    norm.check_num_envs("APPOConfig", num_envs)
     steps, length = divmod(config.train_batch_size, num_envs)
     if length or steps % config.rollout_fragment_length:
         raise ValueError(

@@ -39,6 +39,9 @@ field                                         default         meaning (RLlib's n
 ``prioritized_replay_beta``                   0.4             importance-weight exponent,
                                                               constant (as RLlib's)
 ``prioritized_replay_eps``                    1e-6            added to every priority
+``norm_obs``, ``clip_obs``                    False, 10.0     running observation mean/std,
+                                                              normalized batches sampled from
+                                                              raw rows (SB3's ``VecNormalize``)
 ============================================  ==============  ==================================
 
 The heads are linear on the encoder's features by default, as with RLlib's
@@ -119,6 +122,11 @@ from jaxlearner.algorithms.replay.off_policy import (
     td_error_loss,
 )
 from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES, check_off_policy_config
+from jaxlearner.algorithms.trajectories.normalization import (
+    check_normalization_config,
+    normalization_for,
+    normalized_loss,
+)
 from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -160,12 +168,15 @@ class DQNConfig:
     prioritized_replay_alpha: float = 0.6
     prioritized_replay_beta: float = 0.4
     prioritized_replay_eps: float = 1e-6
+    norm_obs: bool = False
+    clip_obs: float = 10.0
 
     def __post_init__(self) -> None:
         owner = "DQNConfig"
         for name in ("lr", "tau", "epsilon"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_off_policy_config(owner, self)
+        check_normalization_config(owner, self)
         check_schedule(owner, lr=self.lr, epsilon=self.epsilon)
         check_positive(owner, adam_epsilon=self.adam_epsilon)
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
@@ -296,8 +307,9 @@ def make_learner(
         config.dueling,
         config.head_hidden_sizes,
     )
+    observers = normalization_for(config, config.gamma).observers(observation_space)
     return Learner(
-        {MODULE_ID: _module_spec(model, config)},
+        {MODULE_ID: _module_spec(model, config, observers)},
         minibatch_size=None,
         num_epochs=1,
         shuffle=False,
@@ -314,8 +326,9 @@ def _batch_layout(observation_space: gymnasium.Space, config: DQNConfig) -> dict
     return layout
 
 
-def _module_spec(model: Model, config: DQNConfig) -> ModuleSpec:
-    """The module: the TD loss, Adam, epsilon and the target network's update."""
+def _module_spec(model: Model, config: DQNConfig, observers: tuple) -> ModuleSpec:
+    """The module: the TD loss (on batches normalized as the config asks), Adam, epsilon,
+    the target network's update and the observation statistics."""
     if config.tau == 1.0:
         target_update = periodic_copy(config.target_network_update_freq, "env_steps", TARGET)
     else:
@@ -329,12 +342,16 @@ def _module_spec(model: Model, config: DQNConfig) -> ModuleSpec:
     )
     return ModuleSpec(
         model,
-        dqn_loss(config.double_q, config.td_error_loss_fn),
+        normalized_loss(
+            dqn_loss(config.double_q, config.td_error_loss_fn),
+            normalization_for(config, config.gamma),
+        ),
         optimizer,
         hyperparams={"epsilon": config.epsilon},
         additional_updates=[target_update],
         init_input=lambda batch: batch["obs"],
         metric_reductions={"qf_max": "max", "qf_min": "min"},
+        observers=observers,
     )
 
 

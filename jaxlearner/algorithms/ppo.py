@@ -32,7 +32,21 @@ field                       default         meaning (RLlib's name where it diffe
 ``lstm_cell_size``          256             the cell's units
 ``max_seq_len``             20              steps per training sequence
 ``recurrent_cell``          "lstm"          ``"lstm"`` or ``"gru"`` (jaxlearner's; RLlib has LSTM)
+``norm_obs``                False           running observation mean/std (SB3 ``VecNormalize``,
+                                            RLlib ``MeanStdFilter``)
+``norm_reward``             False           rewards / std of the running discounted return
+``clip_obs``                10.0            normalized observations clipped to +-clip_obs
+``clip_reward``             10.0            scaled rewards clipped to +-clip_reward
+``num_envs_per_env_runner`` 1               environments the reward statistics keep a running
+                                            return for (must equal the Trainer's num_envs)
 ==========================  ==============  =====================================================
+
+With ``norm_obs`` or ``norm_reward`` the statistics are observers of the module
+(:mod:`~jaxlearner.algorithms.trajectories.normalization`): updated from each collected
+batch before postprocessing, which then normalizes the batch's observations and scales its
+rewards with them, so the loss sees what the act functions saw up to the batch's own
+update of the statistics (as brax's PPO); the act functions normalize with the statistics
+in the state they are given, frozen in evaluation.
 
 With ``use_lstm`` the model is recurrent
 (:func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`): the act
@@ -62,7 +76,6 @@ from typing import Any
 import gymnasium
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from jaxlearner.algorithms.algorithm import (
@@ -85,8 +98,18 @@ from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
-from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
-from jaxlearner.algorithms.objectives.ppo_objective import ppo_loss, recurrent_ppo_loss
+from jaxlearner.algorithms.networks.spaces import bounds
+from jaxlearner.algorithms.objectives.ppo_objective import (
+    ppo_batch_layout,
+    ppo_loss,
+    ppo_sequence_batch_layout,
+    recurrent_ppo_loss,
+)
+from jaxlearner.algorithms.trajectories.normalization import (
+    Normalization,
+    check_normalization_config,
+    normalization_for,
+)
 from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
@@ -131,9 +154,15 @@ class PPOConfig:
     lstm_cell_size: int = 256
     max_seq_len: int = 20
     recurrent_cell: str = "lstm"
+    norm_obs: bool = False
+    norm_reward: bool = False
+    clip_obs: float = 10.0
+    clip_reward: float = 10.0
+    num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
         check_fraction("PPOConfig", gamma=self.gamma, lambda_=self.lambda_)
+        check_normalization_config("PPOConfig", self)
         check_schedule(
             "PPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
         )
@@ -230,17 +259,20 @@ def ppo_module(
         )
         loss = recurrent_ppo_loss(distribution, config.use_kl_loss)
         init_input = lambda batch: (batch["state_in"], batch["obs"][:, 0], batch["is_first"][:, 0])
-        layout = _sequence_batch_layout(observation_space, distribution, model, config.max_seq_len)
+        layout = ppo_sequence_batch_layout(
+            observation_space, distribution, model, config.max_seq_len
+        )
     else:
         model = actor_critic(observation_space, action_space, **common)
         loss = ppo_loss(distribution, config.use_kl_loss)
         init_input = lambda batch: batch["obs"]
-        layout = _batch_layout(observation_space, distribution)
-    return _module_spec(model, loss, init_input, config), layout
+        layout = ppo_batch_layout(observation_space, distribution)
+    observers = normalization_for(config, config.gamma).observers(observation_space)
+    return _module_spec(model, loss, init_input, config, observers), layout
 
 
 def _module_spec(
-    model: Model, loss: Callable, init_input: Callable, config: PPOConfig
+    model: Model, loss: Callable, init_input: Callable, config: PPOConfig, observers: tuple
 ) -> ModuleSpec:
     """The module: PPO's loss, Adam, the loss coefficients and the adaptive KL coefficient."""
     optimizer = Optimizer(
@@ -262,6 +294,7 @@ def _module_spec(
         additional_updates=[adaptive_kl_coeff(config.kl_coeff, config.kl_target)],
         init_input=init_input,
         metric_reductions={"mean_kl": "mean"},
+        observers=observers,
     )
 
 
@@ -280,17 +313,18 @@ def make_algorithm(
     """
     model = learner.specs[module_id].model
     distribution, box = distribution_for(action_space), bounds(action_space)
+    norm = normalization_for(config, config.gamma)
     if config.use_lstm:
-        act = _recurrent_act(model, distribution, box)
+        act = _recurrent_act(model, distribution, box, norm)
         carry = functools.partial(initial_carry, model)
         explore: Any = RecurrentAct(functools.partial(act, deterministic=False), carry)
         exploit: Any = RecurrentAct(functools.partial(act, deterministic=True), carry)
-        postprocess = _recurrent_postprocess(model, config)
+        postprocess = _recurrent_postprocess(model, config, norm)
     else:
-        feed_forward = _act(model, distribution, box)
+        feed_forward = _act(model, distribution, box, norm)
         explore = lambda module, obs, key: feed_forward(module, obs, key, False)
         exploit = lambda module, obs, key: feed_forward(module, obs, key, True)
-        postprocess = _postprocess(model, config)
+        postprocess = _postprocess(model, config, norm)
     return OnPolicyAlgorithm(
         name="ppo",
         module_id=module_id,
@@ -298,25 +332,31 @@ def make_algorithm(
         config=config,
         explore=explore,
         exploit=exploit,
-        rollout_steps=functools.partial(_rollout_steps, config),
+        rollout_steps=functools.partial(_rollout_steps, config, norm),
         postprocess=postprocess,
     )
 
 
-def _act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+def _act(
+    model: Model, distribution: DistributionSpec, box: tuple | None, norm: Normalization
+) -> Callable:
     """``act(module, obs, key, deterministic) -> (env_actions, extras)``: extras ``actions``
     (unclipped) and ``logp`` (:func:`~jaxlearner.algorithms.networks.acting.policy_actions`),
-    ``vf_preds`` and ``dist_inputs``."""
+    ``vf_preds`` and ``dist_inputs``; observations normalized with the module's statistics."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
+        obs = norm.observation(module.extra, obs)
         dist_inputs, values = model.apply(module.params, obs)
         env_actions, extras = policy_actions(distribution, box, dist_inputs, key, deterministic)
+        extras = {**extras, **norm.act_extras(obs)}
         return env_actions, {**extras, "vf_preds": values, "dist_inputs": dist_inputs}
 
     return act
 
 
-def _recurrent_act(model: Model, distribution: DistributionSpec, box: tuple | None) -> Callable:
+def _recurrent_act(
+    model: Model, distribution: DistributionSpec, box: tuple | None, norm: Normalization
+) -> Callable:
     """``act(module, carry, obs, is_first, key, deterministic) -> (env_actions, extras, carry)``.
 
     Extras as :func:`_act`'s, plus ``state_in`` (the carry given, before the
@@ -325,9 +365,10 @@ def _recurrent_act(model: Model, distribution: DistributionSpec, box: tuple | No
 
     def act(module, carry, obs, is_first, key, deterministic: bool):
         is_first = jnp.asarray(is_first, jnp.bool_)
+        obs = norm.observation(module.extra, obs)
         next_carry, (dist_inputs, values) = model.apply(module.params, carry, obs, is_first)
         env_actions, extras = policy_actions(distribution, box, dist_inputs, key, deterministic)
-        extras = {**extras, "vf_preds": values, "dist_inputs": dist_inputs}
+        extras = {**extras, **norm.act_extras(obs), "vf_preds": values, "dist_inputs": dist_inputs}
         return env_actions, {**extras, "state_in": carry, "is_first": is_first}, next_carry
 
     return act
@@ -362,10 +403,12 @@ def _advantages(experience: Experience, next_values: jax.Array, config: PPOConfi
     }
 
 
-def _postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
-    """GAE advantages and value targets, as ``[T * N]`` rows."""
+def _postprocess(model: Model, config: PPOConfig, norm: Normalization) -> PostprocessFn:
+    """GAE advantages and value targets, as ``[T * N]`` rows (observations normalized and
+    rewards scaled with the module's statistics first)."""
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:
+        experience = norm.experience(module.extra, experience)
         steps, envs = experience["rewards"].shape
         rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
         next_values = model.apply(module.params, rows(experience["next_obs"]))[1]
@@ -375,7 +418,7 @@ def _postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
     return postprocess
 
 
-def _recurrent_postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
+def _recurrent_postprocess(model: Model, config: PPOConfig, norm: Normalization) -> PostprocessFn:
     """GAE advantages and value targets as ``[S, max_seq_len]`` sequences with their start states.
 
     The value of each ``next_obs`` needs the carry after its step: one model
@@ -386,6 +429,7 @@ def _recurrent_postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
     """
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:
+        experience = norm.experience(module.extra, experience)
         steps, envs = experience["rewards"].shape
         rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
         state_in, is_first = experience["state_in"], experience["is_first"]
@@ -401,7 +445,8 @@ def _recurrent_postprocess(model: Model, config: PPOConfig) -> PostprocessFn:
     return postprocess
 
 
-def _rollout_steps(config: PPOConfig, num_envs: int) -> int:
+def _rollout_steps(config: PPOConfig, norm: Normalization, num_envs: int) -> int:
+    norm.check_num_envs("PPOConfig", num_envs)
     if config.train_batch_size % num_envs:
         raise ValueError(
             f"PPO's train_batch_size {config.train_batch_size} does not split over "
@@ -431,42 +476,3 @@ build, ppo = register_builtin(
       >>> state = learner.init(jax.random.key(0))
     """,
 )
-
-
-def _batch_layout(observation_space: gymnasium.Space, distribution: DistributionSpec) -> dict:
-    obs = zero_observation(observation_space)
-    actions = np.zeros(
-        distribution.action_shape, np.int32 if distribution.is_discrete else np.float32
-    )
-    row = np.zeros((), np.float32)
-    return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-        {
-            "obs": obs,
-            "actions": actions,
-            "logp": row,
-            "dist_inputs": np.zeros((distribution.num_inputs,), np.float32),
-            "advantages": row,
-            "value_targets": row,
-            "mask": row,
-        },
-    )
-
-
-def _sequence_batch_layout(
-    observation_space: gymnasium.Space,
-    distribution: DistributionSpec,
-    model: Model,
-    max_seq_len: int,
-) -> dict:
-    """The recurrent batch: :func:`_batch_layout`'s keys as ``[max_seq_len, ...]`` sequences,
-    ``is_first [max_seq_len]`` bool and ``state_in`` (one carry per sequence)."""
-    steps = jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct((max_seq_len, *s.shape), s.dtype),
-        _batch_layout(observation_space, distribution),
-    )
-    carry = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), initial_carry(model, 1)
-    )
-    is_first = jax.ShapeDtypeStruct((max_seq_len,), np.dtype(np.bool_))
-    return {**steps, "is_first": is_first, "state_in": carry}

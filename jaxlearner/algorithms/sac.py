@@ -34,7 +34,17 @@ field                                         default      meaning (RLlib's name
 ``prioritized_replay_alpha``                  0.6          priority exponent
 ``prioritized_replay_beta``                   0.4          importance-weight exponent (constant)
 ``prioritized_replay_eps``                    1e-6         added to every priority
+``norm_obs``, ``clip_obs``                    False, 10    running observation mean/std
+                                                           (SB3's ``VecNormalize`` names)
+``norm_reward``, ``clip_reward``              False, 10    rewards / std of the running
+                                                           discounted return
+``num_envs_per_env_runner``                   1            envs the running returns are kept for
 ============================================  ===========  ===================================
+
+The replay buffer keeps raw observations and rewards; a sampled batch is normalized with
+the statistics of the moment it is sampled (as SB3 samples through ``VecNormalize``), so
+no stored row goes stale as the statistics move
+(:mod:`~jaxlearner.algorithms.trajectories.normalization`).
 
 The learning rates are schedulable. RLlib's actor learning rate is ten times
 smaller than the critic's (3e-5); the SAC papers use 3e-4 for all three.
@@ -84,6 +94,11 @@ from jaxlearner.algorithms.replay.off_policy import (
     replay_layout,
 )
 from jaxlearner.algorithms.replay.off_policy_config import check_off_policy_config
+from jaxlearner.algorithms.trajectories.normalization import (
+    check_normalization_config,
+    normalization_for,
+    normalized_loss,
+)
 from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -125,12 +140,18 @@ class SACConfig:
     prioritized_replay_alpha: float = 0.6
     prioritized_replay_beta: float = 0.4
     prioritized_replay_eps: float = 1e-6
+    norm_obs: bool = False
+    norm_reward: bool = False
+    clip_obs: float = 10.0
+    clip_reward: float = 10.0
+    num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
         owner = "SACConfig"
         for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_off_policy_config(owner, self)
+        check_normalization_config(owner, self)
         check_schedule(
             owner, actor_lr=self.actor_lr, critic_lr=self.critic_lr, alpha_lr=self.alpha_lr
         )
@@ -219,8 +240,9 @@ def make_learner(
     layout = replay_layout(observation_space, distribution.action_shape, action_dtype)
     if config.prioritized_replay:
         layout["weights"] = jax.ShapeDtypeStruct((), jnp.float32)
+    observers = normalization_for(config, config.gamma).observers(observation_space)
     return Learner(
-        {MODULE_ID: _module_spec(model, action_space, config)},
+        {MODULE_ID: _module_spec(model, action_space, config, observers)},
         minibatch_size=None,
         num_epochs=1,
         shuffle=False,
@@ -230,9 +252,10 @@ def make_learner(
 
 
 def _module_spec(
-    model: SACNetworks, action_space: gymnasium.Space, config: SACConfig
+    model: SACNetworks, action_space: gymnasium.Space, config: SACConfig, observers: tuple
 ) -> ModuleSpec:
-    """The module: the per-optimizer loss, three Adam optimizers, the target critics' update."""
+    """The module: the per-optimizer loss (on batches normalized as the config asks), three
+    Adam optimizers, the target critics' update, the normalization statistics."""
 
     def optimizer(lr: ScheduleLike) -> Optimizer:
         clip, clip_by = config.grad_clip, config.grad_clip_by
@@ -240,7 +263,10 @@ def _module_spec(
 
     return ModuleSpec(
         model,
-        sac_loss(model.distribution, config.td_error_loss_fn),
+        normalized_loss(
+            sac_loss(model.distribution, config.td_error_loss_fn),
+            normalization_for(config, config.gamma),
+        ),
         optimizers={
             "actor": optimizer(config.actor_lr),
             "critic": optimizer(config.critic_lr),
@@ -250,6 +276,7 @@ def _module_spec(
         additional_updates=[critic_polyak_update(config.tau)],
         init_input=lambda batch: batch["obs"],
         metric_reductions={"qf_max": "max", "qf_min": "min"},
+        observers=observers,
     )
 
 

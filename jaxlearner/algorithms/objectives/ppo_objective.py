@@ -4,20 +4,24 @@ Schulman et al. 2017, https://arxiv.org/abs/1707.06347, with RLlib's
 semantics (see :mod:`jaxlearner.algorithms.ppo`): :func:`ppo_objective` is the
 masked objective given the model's outputs; :func:`ppo_loss` applies a
 feed-forward model to ``[B]`` rows and :func:`recurrent_ppo_loss` unrolls a
-recurrent one over ``[B, L]`` sequences.
+recurrent one over ``[B, L]`` sequences; :func:`ppo_batch_layout` and
+:func:`ppo_sequence_batch_layout` are the batches they read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import gymnasium
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.networks.recurrent import unroll
+from jaxlearner.algorithms.networks.recurrent import initial_carry, unroll
+from jaxlearner.algorithms.networks.spaces import zero_observation
 from jaxlearner.core.context import LossContext
-from jaxlearner.types import Batch, Params
+from jaxlearner.types import Batch, Model, Params
 
 
 def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
@@ -126,3 +130,44 @@ def explained_variance(
     the variance floored at ``1e-8``: the ``vf_explained_var`` metric."""
     target_var = mean((targets - mean(targets)) ** 2)
     return 1.0 - mean((targets - values) ** 2) / jnp.maximum(target_var, 1e-8)
+
+
+def ppo_batch_layout(observation_space: gymnasium.Space, distribution: DistributionSpec) -> dict:
+    """The rows :func:`ppo_loss` reads, as ``jax.ShapeDtypeStruct`` leaves (no leading axis)."""
+    obs = zero_observation(observation_space)
+    actions = np.zeros(
+        distribution.action_shape, np.int32 if distribution.is_discrete else np.float32
+    )
+    row = np.zeros((), np.float32)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        {
+            "obs": obs,
+            "actions": actions,
+            "logp": row,
+            "dist_inputs": np.zeros((distribution.num_inputs,), np.float32),
+            "advantages": row,
+            "value_targets": row,
+            "mask": row,
+        },
+    )
+
+
+def ppo_sequence_batch_layout(
+    observation_space: gymnasium.Space,
+    distribution: DistributionSpec,
+    model: Model,
+    max_seq_len: int,
+) -> dict:
+    """The sequences :func:`recurrent_ppo_loss` reads: :func:`ppo_batch_layout`'s keys as
+    ``[max_seq_len, ...]`` sequences, ``is_first [max_seq_len]`` bool and ``state_in`` (one
+    carry per sequence)."""
+    steps = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct((max_seq_len, *s.shape), s.dtype),
+        ppo_batch_layout(observation_space, distribution),
+    )
+    carry = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), initial_carry(model, 1)
+    )
+    is_first = jax.ShapeDtypeStruct((max_seq_len,), np.dtype(np.bool_))
+    return {**steps, "is_first": is_first, "state_in": carry}

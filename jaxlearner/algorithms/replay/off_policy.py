@@ -62,6 +62,7 @@ from jaxlearner.algorithms.algorithm import (
 from jaxlearner.algorithms.networks.spaces import zero_observation
 from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields
+from jaxlearner.algorithms.trajectories.normalization import normalization_for
 from jaxlearner.algorithms.trajectories.returns import n_step_rewards
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import LearnerState
@@ -78,10 +79,22 @@ def off_policy_algorithm(
 ) -> OffPolicyAlgorithm:
     """DQN's or SAC's algorithm: ``acts = (explore, exploit)`` and the replay its config asks.
 
-    Rows are :func:`replay_transitions` of ``action_dtype`` actions;
-    ``td_errors(module, batch, key)`` sets the priorities when
-    ``config.prioritized_replay``, and is unused otherwise.
+    Rows are :func:`replay_transitions` of ``action_dtype`` actions (raw observations and
+    rewards); ``td_errors(module, batch, key)`` sets the priorities when
+    ``config.prioritized_replay``, and is unused otherwise. With the config's
+    normalization on, the act functions see observations normalized with the module's
+    statistics, and ``td_errors`` the batch normalized as the loss sees it
+    (:func:`~jaxlearner.algorithms.trajectories.normalization.normalized_loss`).
     """
+    norm = normalization_for(config, config.gamma)
+    explore, exploit = acts
+    if norm.enabled:
+        explore = lambda module, obs, key: acts[0](module, norm.observation(module.extra, obs), key)
+        exploit = lambda module, obs, key: acts[1](module, norm.observation(module.extra, obs), key)
+        raw_td_errors = td_errors
+        td_errors = lambda module, batch, key: raw_td_errors(
+            module, norm.batch(module.extra, batch), key
+        )
     prioritized = None
     if config.prioritized_replay:
         prioritized = PrioritizedReplay(
@@ -90,14 +103,19 @@ def off_policy_algorithm(
             eps=config.prioritized_replay_eps,
             td_errors=td_errors,
         )
+
+    def rollout_steps(num_envs: int) -> int:
+        norm.check_num_envs(f"{type(config).__name__}", num_envs)
+        return config.rollout_fragment_length
+
     return OffPolicyAlgorithm(
         name=name,
         module_id="default_policy",
         learner=learner,
         config=config,
-        explore=acts[0],
-        exploit=acts[1],
-        rollout_steps=lambda num_envs: config.rollout_fragment_length,
+        explore=explore,
+        exploit=exploit,
+        rollout_steps=rollout_steps,
         transitions=lambda experience: replay_transitions(
             experience, config.n_step, config.gamma, action_dtype
         ),
