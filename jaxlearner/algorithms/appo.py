@@ -35,6 +35,10 @@ field                             default     meaning (RLlib's name where it dif
 ``activation``                    "tanh"      ``fcnet_activation``
 ``head_hidden_sizes``             ()          ``head_fcnet_hiddens``
 ``head_activation``               "relu"      ``head_fcnet_activation``
+``log_std_init``                  0.0         initial state-independent log-std (Box actions)
+``ortho_init``                    True        orthogonal init (gain sqrt(2) hidden, 0.01
+                                              policy, 1 value); False: PyTorch's default
+                                              (SB3's ``ortho_init``)
 ================================  ==========  ==============================================
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
@@ -75,6 +79,7 @@ import optax
 from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
+    check_bool,
     check_fraction,
     check_policy_network_config,
     check_positive,
@@ -144,6 +149,7 @@ class APPOConfig:
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
     log_std_init: float = 0.0
+    ortho_init: bool = True
 
     def __post_init__(self) -> None:
         check_fraction("APPOConfig", gamma=self.gamma, lambda_=self.lambda_, tau=self.tau)
@@ -186,6 +192,7 @@ class APPOConfig:
                 f"and {self.vf_loss_coeff!r}."
             )
         check_policy_network_config(self)
+        check_bool("APPOConfig", ortho_init=self.ortho_init)
         freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
 
