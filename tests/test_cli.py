@@ -265,7 +265,7 @@ def test_help_runs_as_a_module():
         "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
         "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
         "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
-        "environment the command line uses tuned settings: RL Zoo's for PPO, settings",
+        "presets: on an environment with a preset ('jaxlearner presets' lists them: RL Zoo's",
     ]:
         assert line in result.stdout.splitlines(), line
 
@@ -273,6 +273,7 @@ def test_help_runs_as_a_module():
 def test_another_env_stops_at_gymnasiums_reward_threshold(tmp_path, capsys):
     out = tmp_path / "acrobot"
     options = ["--max-steps", "1024", "--eval-every", "100000", "--num-envs", "4"]
+    options += ["--preset", "none"]  # Acrobot-v1's preset normalizes; this test needs none
     config = ["--config", "train_batch_size=1024", "num_epochs=1", "hidden_sizes=[8]"]
     assert main(["train", "ppo", "--env", "Acrobot-v1", "--out", str(out), *options, *config]) == 0
     assert json.loads((out / "run.json").read_text())["stop_reward"] == -100.0
@@ -345,14 +346,25 @@ def test_each_default_config_builds_its_algorithm(name):
 
 
 def test_resume_keeps_the_config_the_run_was_trained_with(run, monkeypatch):
-    # The command line's defaults may change between a run and its resumption; the
-    # resumed run takes its whole config from the checkpoint, not today's defaults.
+    # The presets may change between a run and its resumption; the resumed run takes its
+    # whole config from the checkpoint, not from today's table.
     from jaxlearner import cli
+    from jaxlearner.cli import run_settings as settings_module
     from jaxlearner.cli.run_settings import build, run_settings
 
     trained = build(run_settings(cli.parse(["train", "--resume", str(run)])))
-    changed = {**DEFAULTS["ppo"].config, "gamma": 0.5, "lambda_": 0.5}
-    monkeypatch.setitem(cli.DEFAULTS, "ppo", dataclasses.replace(DEFAULTS["ppo"], config=changed))
+    row = DEFAULTS["ppo"].preset
+    changed = dataclasses.replace(row, config={**row.config, "gamma": 0.5, "lambda_": 0.5})
+    monkeypatch.setattr(settings_module, "preset_rows", lambda *args, **kwargs: (changed,))
+    assert run_settings(cli.parse(["train", "ppo"])).config["gamma"] == 0.5  # the patch works
     options = cli.parse(["train", "--resume", str(run)])
     resumed = build(run_settings(options))
     assert resumed.config == trained.config and resumed.config.gamma != 0.5
+
+
+def test_the_run_records_its_preset_and_resolved_config(run):
+    info = json.loads((run / "run.json").read_text())
+    assert info["preset"] == "ppo/CartPole-v1 (rl_zoo3)"
+    # The preset's fields, the overrides over them, and every other field of the config.
+    assert info["config"]["gamma"] == 0.98 and info["config"]["hidden_sizes"] == [16]
+    assert info["config"]["ortho_init"] is True and info["config"]["kl_target"] == 0.01

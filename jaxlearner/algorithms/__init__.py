@@ -13,6 +13,10 @@ on a recorded dataset instead (``jl.OfflineTrainer``).
 :func:`multi_agent_ppo` makes one learner of several PPO policies for
 ``jl.MultiAgentTrainer``.
 
+:func:`preset` gives tuned settings for an algorithm on an environment (RL Zoo's, and a
+few tuned here; :mod:`jaxlearner.algorithms.presets` lists them and how SB3's names map
+to ours).
+
 The shorthand ``jl.algorithms.ppo(...)`` (``dqn``, ``sac``) returns just the
 :class:`~jaxlearner.Learner`; :func:`build` returns the whole algorithm. A
 built-in learner carries a JSON recipe, so :func:`algorithm_for` can derive
@@ -56,6 +60,7 @@ from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.marwil import MARWILConfig, marwil, marwil_loss
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
+from jaxlearner.algorithms.presets import Preset, preset, preset_names
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe
@@ -133,6 +138,7 @@ __all__ = [
     "OfflineAlgorithm",
     "OnPolicyAlgorithm",
     "PPOConfig",
+    "Preset",
     "PrioritizedReplay",
     "RecurrentAct",
     "SACConfig",
@@ -152,6 +158,8 @@ __all__ = [
     "multi_agent_ppo",
     "ppo",
     "ppo_loss",
+    "preset",
+    "preset_names",
     "register_algorithm",
     "sac",
     "sac_loss",

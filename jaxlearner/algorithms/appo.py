@@ -35,9 +35,13 @@ field                             default     meaning (RLlib's name where it dif
 ``activation``                    "tanh"      ``fcnet_activation``
 ``head_hidden_sizes``             ()          ``head_fcnet_hiddens``
 ``head_activation``               "relu"      ``head_fcnet_activation``
-``norm_obs``, ``norm_reward``,    False,      observation normalization and reward scaling,
-``clip_obs``, ``clip_reward``,    10, 1       as PPO's (SB3's ``VecNormalize`` names; see
-``num_envs_per_env_runner``                   ``trajectories.normalization``)
+``log_std_init``                  0.0         initial state-independent log-std (Box actions)
+``ortho_init``                    True        orthogonal init (gain sqrt(2) hidden, 0.01
+                                              policy, 1 value); False: PyTorch's default
+                                              (SB3's ``ortho_init``)
+``norm_obs``, ``norm_reward``     False       observation normalization and reward scaling,
+``clip_obs``, ``clip_reward``     10.0        as PPO's (SB3's ``VecNormalize`` names; see
+``num_envs_per_env_runner``       1           ``trajectories.normalization``)
 ================================  ==========  ==============================================
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
@@ -78,6 +82,7 @@ import optax
 from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
+    check_bool,
     check_fraction,
     check_policy_network_config,
     check_positive,
@@ -152,6 +157,7 @@ class APPOConfig:
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
     log_std_init: float = 0.0
+    ortho_init: bool = True
     norm_obs: bool = False
     norm_reward: bool = False
     clip_obs: float = 10.0
@@ -200,6 +206,7 @@ class APPOConfig:
                 f"and {self.vf_loss_coeff!r}."
             )
         check_policy_network_config(self)
+        check_bool("APPOConfig", ortho_init=self.ortho_init)
         freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
 

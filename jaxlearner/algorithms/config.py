@@ -126,6 +126,13 @@ def check_non_negative_int(owner: str, **values: Any) -> None:
             raise ValueError(f"{owner}.{name} must be a non-negative int; got {value!r}.")
 
 
+def check_bool(owner: str, **values: Any) -> None:
+    """Raises ``TypeError`` unless each value is ``True`` or ``False``."""
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{owner}.{name} must be True or False; got {value!r}.")
+
+
 def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
     """Raises ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:

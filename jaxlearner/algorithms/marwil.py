@@ -22,6 +22,8 @@ field                                        default    meaning (RLlib's name wh
 ``activation``                               "tanh"     ``fcnet_activation``
 ``head_hidden_sizes``                        ()         ``head_fcnet_hiddens``
 ``head_activation``                          "relu"     ``head_fcnet_activation``
+``log_std_init``                             0.0        initial log-std (Box actions)
+``ortho_init``                               True       orthogonal init; False: PyTorch's default
 ===========================================  =========  ==========================================
 
 As in RLlib, with ``A = V_target - V(obs)`` over the batch, ``c`` the moving
@@ -57,6 +59,7 @@ import optax
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm, RowsFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
+    check_bool,
     check_fraction,
     check_offline_batch_config,
     check_policy_network_config,
@@ -103,6 +106,7 @@ class MARWILConfig:
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
     log_std_init: float = 0.0
+    ortho_init: bool = True
 
     def __post_init__(self) -> None:
         check_fraction(
@@ -118,6 +122,7 @@ class MARWILConfig:
         if self.vf_coeff < 0:
             raise ValueError(f"MARWILConfig.vf_coeff must be >= 0; got {self.vf_coeff!r}.")
         check_policy_network_config(self)
+        check_bool("MARWILConfig", ortho_init=self.ortho_init)
         freeze_schedules(self, "lr", "beta")
 
 

@@ -28,6 +28,10 @@ field                       default         meaning (RLlib's name where it diffe
 ``activation``              "tanh"          ``fcnet_activation``
 ``head_hidden_sizes``       ()              ``head_fcnet_hiddens``: hidden layers of each head
 ``head_activation``         "relu"          ``head_fcnet_activation``
+``log_std_init``            0.0             initial state-independent log-std (Box actions)
+``ortho_init``              True            orthogonal init (gain sqrt(2) hidden, 0.01 policy,
+                                            1 value); False: PyTorch's default, as SB3's
+                                            ``ortho_init=False`` (jaxlearner's; SB3's name)
 ``use_lstm``                False           an LSTM (or GRU) after the MLP encoder
 ``lstm_cell_size``          256             the cell's units
 ``max_seq_len``             20              steps per training sequence
@@ -86,6 +90,7 @@ from jaxlearner.algorithms.algorithm import (
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
+    check_bool,
     check_fraction,
     check_policy_network_config,
     check_positive,
@@ -150,6 +155,7 @@ class PPOConfig:
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
     log_std_init: float = 0.0
+    ortho_init: bool = True
     use_lstm: bool = False
     lstm_cell_size: int = 256
     max_seq_len: int = 20
@@ -176,6 +182,7 @@ class PPOConfig:
             max_seq_len=self.max_seq_len,
         )
         check_policy_network_config(self)
+        check_bool("PPOConfig", ortho_init=self.ortho_init)
         self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(

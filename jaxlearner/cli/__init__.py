@@ -1,14 +1,17 @@
 """The ``jaxlearner`` command: train, evaluate and plot built-in algorithms.
 
 * ``jaxlearner train ppo`` trains PPO on its default environment (CartPole-v1)
-  with RL Zoo's tuned settings for it (:data:`DEFAULTS`; the library's own
-  defaults stay RLlib's), which reach the reward bound in seconds on a laptop CPU,
+  with RL Zoo's tuned settings for it (its preset row, :data:`DEFAULTS`; the library's
+  own defaults stay RLlib's), which reach the reward bound in seconds on a laptop CPU,
   logs to the console and ``runs/NAME/metrics.jsonl``, checkpoints to
   ``runs/NAME/checkpoints`` periodically and at the end, and prints where
   everything went.
 * ``jaxlearner eval runs/NAME`` restores the latest (or best) checkpoint and
   reports evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one
   episode, ``--render human`` plays one in a window.
+* ``jaxlearner train ALGO --env ENV`` starts from the environment's preset row where
+  there is one (RL Zoo's settings for PPO, SAC and DQN on classic control and MuJoCo);
+  ``jaxlearner presets [ALGO]`` lists them, ``--preset none`` uses the library's defaults.
 * ``jaxlearner plot runs/NAME [more runs]`` writes a learning-curve PNG.
 * ``jaxlearner record runs/NAME --episodes 20 --out data/NAME`` records episodes of a
   run's policy as a dataset, and ``jaxlearner train bc --dataset data/NAME`` (or
@@ -32,6 +35,7 @@ from jaxlearner.cli.options import (
     EvalOptions,
     Options,
     PlotOptions,
+    PresetsOptions,
     RecordOptions,
     TrainOptions,
 )
@@ -49,6 +53,7 @@ __all__ = [
     "EvalOptions",
     "Options",
     "PlotOptions",
+    "PresetsOptions",
     "RecordOptions",
     "TrainOptions",
     "UsageError",

@@ -18,6 +18,7 @@ from jaxlearner.cli.options import (
     EvalOptions,
     Options,
     PlotOptions,
+    PresetsOptions,
     RecordOptions,
     TrainOptions,
 )
@@ -29,6 +30,7 @@ _COMMANDS = {
     EvalOptions: "eval",
     RecordOptions: "record",
     PlotOptions: "plot",
+    PresetsOptions: "presets",
 }
 
 
@@ -56,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _COMMANDS[type(options)]
     logging.getLogger("absl").setLevel(logging.ERROR)  # orbax's notes on read-only folders
     try:
-        if not isinstance(options, PlotOptions):
+        if not isinstance(options, PlotOptions | PresetsOptions):
             _compilation_cache(options.cache)
         return _run(options)
     except UsageError as error:
@@ -82,6 +84,10 @@ def _run(options: Options) -> int:
         from jaxlearner.cli.evaluate import record
 
         return record(options)
+    if isinstance(options, PresetsOptions):
+        from jaxlearner.cli.presets import list_presets
+
+        return list_presets(options)
     from jaxlearner.cli.plot import plot
 
     return plot(options)

@@ -1,11 +1,11 @@
 """What each ``jaxlearner`` command was asked to do: typed, frozen, checked values.
 
 :func:`jaxlearner.cli.parser.parse` turns the command line into one of
-:class:`TrainOptions`, :class:`EvalOptions`, :class:`RecordOptions` or
-:class:`PlotOptions`; the commands receive that value and nothing else. Each
-checks its numbers when it is made, so a value built in Python (or a test) gets
-the same clear ``ValueError`` that the command line turns into one line and
-exit status 2.
+:class:`TrainOptions`, :class:`EvalOptions`, :class:`RecordOptions`,
+:class:`PlotOptions` or :class:`PresetsOptions`; the commands receive that value
+and nothing else. Each checks its numbers when it is made, so a value built in
+Python (or a test) gets the same clear ``ValueError`` that the command line turns
+into one line and exit status 2.
 
 Example:
   >>> import pathlib
@@ -27,6 +27,10 @@ MAX_SEED = 2**63 - 1
 
 Devices: TypeAlias = int | Literal["all"]
 """``--devices``: a number of devices, or ``"all"``."""
+
+PRESET_CHOICES: tuple[str, ...] = ("auto", "none", "rl_zoo3", "jaxlearner")
+"""``--preset``: the environment's preferred row (a row tuned here before RL Zoo's), none
+(the library's defaults), or the row of one origin."""
 
 
 def parse_devices(text: str | None) -> Devices | None:
@@ -109,10 +113,12 @@ class TrainOptions:
       progress: show the progress bar (``--no-progress`` turns it off).
       tensorboard: also log to ``RUN/tensorboard``.
       cache: the compilation cache.
+      preset: which preset row to start from, one of :data:`PRESET_CHOICES`.
 
     Raises:
       ValueError: for a count below 1, a seed out of range, a stop reward that is
-        NaN or infinite, or a ``devices`` that is neither ``"all"`` nor positive.
+        NaN or infinite, a ``devices`` that is neither ``"all"`` nor positive, or an
+        unknown ``preset``.
     """
 
     algorithm: str | None = None
@@ -132,8 +138,13 @@ class TrainOptions:
     progress: bool = True
     tensorboard: bool = False
     cache: CacheOptions = CacheOptions()
+    preset: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.preset not in PRESET_CHOICES:
+            raise ValueError(
+                f"--preset: expected one of {list(PRESET_CHOICES)}, got {self.preset!r}"
+            )
         check_finite("--stop-reward", self.stop_reward)
         check_positive_int("--max-steps", self.max_steps)
         check_positive_int("--num-envs", self.num_envs)
@@ -234,7 +245,19 @@ class PlotOptions:
             raise ValueError("plot: expected at least one run folder, got none")
 
 
-Options: TypeAlias = TrainOptions | EvalOptions | RecordOptions | PlotOptions
+@dataclasses.dataclass(frozen=True)
+class PresetsOptions:
+    """``jaxlearner presets [ALGORITHM]``: the preset rows, one algorithm's with their configs.
+
+    Attributes:
+      algorithm: the algorithm whose rows to show in full (any case); ``None``: every row,
+        one line each.
+    """
+
+    algorithm: str | None = None
+
+
+Options: TypeAlias = TrainOptions | EvalOptions | RecordOptions | PlotOptions | PresetsOptions
 """What :func:`~jaxlearner.cli.parser.parse` returns: one command's options."""
 
 

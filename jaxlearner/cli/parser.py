@@ -2,9 +2,10 @@
 
 :func:`parse` is the only place that sees ``argparse``: it returns a
 :class:`~jaxlearner.cli.options.TrainOptions`, :class:`~jaxlearner.cli.options.EvalOptions`,
-:class:`~jaxlearner.cli.options.RecordOptions` or :class:`~jaxlearner.cli.options.PlotOptions`,
-with every option checked. A bad option is one line on stderr and exit status 2
-(``SystemExit``), before anything is built or written.
+:class:`~jaxlearner.cli.options.RecordOptions`, :class:`~jaxlearner.cli.options.PlotOptions`
+or :class:`~jaxlearner.cli.options.PresetsOptions`, with every option checked. A bad
+option is one line on stderr and exit status 2 (``SystemExit``), before anything is built
+or written.
 
 Example:
   >>> from jaxlearner.cli.parser import parse
@@ -27,10 +28,12 @@ from jaxlearner.algorithms.builtin import algorithm_names, algorithm_recipe
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import (
     MAX_SEED,
+    PRESET_CHOICES,
     CacheOptions,
     EvalOptions,
     Options,
     PlotOptions,
+    PresetsOptions,
     RecordOptions,
     TrainOptions,
     parse_devices,
@@ -50,12 +53,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The ``jaxlearner`` parser: the commands train, eval, record and plot."""
+    """The ``jaxlearner`` parser: the commands train, eval, record, plot and presets."""
     parser = _Parser(prog="jaxlearner", description="Train, evaluate and plot RL agents.")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     for add_command in (_add_train, _add_eval, _add_record):
         _add_cache_options(add_command(commands))
     _add_plot(commands)
+    _add_presets(commands)
     return parser
 
 
@@ -78,6 +82,14 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
         help="continue RUN from its latest checkpoint with its settings (after Ctrl-C)",
     )
     command.add_argument("--env", help="a gymnasium environment id (default: the algorithm's)")
+    command.add_argument(
+        "--preset",
+        choices=PRESET_CHOICES,
+        default="auto",
+        help="the tuned settings to start from ('jaxlearner presets' lists them): auto (the "
+        "environment's row, one tuned here before RL Zoo's), rl_zoo3 or jaxlearner (that "
+        "origin's row), none (the library's defaults)",
+    )
     command.add_argument(
         "--dataset",
         metavar="DIR",
@@ -174,6 +186,16 @@ def _add_plot(commands: _Commands) -> None:
     command.add_argument("--out", help="the PNG to write (default: FIRST_RUN/learning_curve.png)")
 
 
+def _add_presets(commands: _Commands) -> None:
+    """``jaxlearner presets [ALGORITHM]``: the table of tuned settings."""
+    command = commands.add_parser(
+        "presets", help="list the tuned settings per algorithm and environment"
+    )
+    command.add_argument(
+        "algorithm", nargs="?", help="show this algorithm's rows with their configs"
+    )
+
+
 def _add_cache_options(command: argparse.ArgumentParser) -> None:
     """The compilation-cache options of the commands that compile (train, eval, record)."""
     command.add_argument(
@@ -189,43 +211,54 @@ def _add_cache_options(command: argparse.ArgumentParser) -> None:
 
 
 def _algorithms_help() -> str:
-    """Each algorithm's defaults and config fields, for ``jaxlearner train --help``."""
+    """Presets, each algorithm's defaults and config fields, for ``jaxlearner train --help``."""
     lines = [
-        "algorithms (config fields as 'name: type = default', and the command line's own",
-        "default on the algorithm's environment; on another --env, training stops at",
-        "gymnasium's reward_threshold for it, if it has one, or at --stop-reward).",
-        "The defaults are RLlib's (the library's, jl.algorithms.*Config); on its own",
-        "environment the command line uses tuned settings: RL Zoo's for PPO, settings",
-        "that solve faster than RL Zoo's on a CPU for DQN and SAC (see cli.DEFAULTS):",
+        "presets: on an environment with a preset ('jaxlearner presets' lists them: RL Zoo's",
+        "PPO, SAC and DQN settings for classic control and MuJoCo, and a few tuned here), a",
+        "run starts from its config, envs, step budget and evaluation cadence; --config,",
+        "--num-envs, --max-steps and --eval-every override them, --preset none uses the",
+        "library's defaults (RLlib's, jl.algorithms.*Config). The run prints, and run.json",
+        "records, the preset used and the resolved config. Without --env each algorithm",
+        "trains on its own environment (below, with its preset's settings); on another",
+        "--env training stops at gymnasium's reward_threshold for it, if it has one, or at",
+        "--stop-reward.",
+        "algorithms (config fields as 'name: type = default', and the preset's value on the",
+        "algorithm's own environment):",
     ]
     for name in algorithm_names():
-        defaults = DEFAULTS.get(name)
-        if defaults is None:
-            lines.append(f"  {name}: no default environment (pass --env)")
-            tuned: dict[str, object] = {}
-        elif defaults.offline:
-            lines.append(
-                f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at "
-                f"evaluation\n    return {defaults.stop_reward:g} or {defaults.max_steps} dataset "
-                f"rows, evaluates every {defaults.eval_every} rows"
-            )
-            tuned = defaults.config
-        else:
-            lines.append(
-                f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
-                f"or {defaults.max_steps} env steps;\n    {defaults.num_envs} envs, evaluates "
-                f"every {defaults.eval_every} env steps"
-            )
-            tuned = defaults.config
-        for field in dataclasses.fields(algorithm_recipe(name).config_type):
-            default = field.default
-            if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
-                default = field.default_factory()
-            text = f"    {field.name}: {field.type} = {_value(default)}"
-            if field.name in tuned:
-                text += f"; on {defaults.env}: {_value(tuned[field.name])}"
-            lines.append(text)
+        lines += _algorithm_help(name)
     return "\n".join(lines)
+
+
+def _algorithm_help(name: str) -> list[str]:
+    """One algorithm's lines of :func:`_algorithms_help`."""
+    defaults = DEFAULTS.get(name)
+    tuned: dict[str, object] = {}
+    if defaults is None:
+        lines = [f"  {name}: no default environment (pass --env)"]
+    elif defaults.offline:
+        lines = [
+            f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at "
+            f"evaluation\n    return {defaults.stop_reward:g} or {defaults.max_steps} dataset "
+            f"rows, evaluates every {defaults.eval_every} rows"
+        ]
+        tuned = defaults.config
+    else:
+        lines = [
+            f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
+            f"or {defaults.max_steps} env steps;\n    {defaults.num_envs} envs, evaluates "
+            f"every {defaults.eval_every} env steps; preset {defaults.preset.name}"
+        ]
+        tuned = defaults.config
+    for field in dataclasses.fields(algorithm_recipe(name).config_type):
+        default = field.default
+        if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        text = f"    {field.name}: {field.type} = {_value(default)}"
+        if defaults is not None and field.name in tuned and tuned[field.name] != default:
+            text += f"; on {defaults.env}: {_value(tuned[field.name])}"
+        lines.append(text)
+    return lines
 
 
 def _value(value: object) -> str:
@@ -298,6 +331,8 @@ def parse(argv: Sequence[str] | None = None) -> Options | None:
             return _run_options(args)
         if args.command == "plot":
             return PlotOptions(runs=tuple(args.runs), out=args.out)
+        if args.command == "presets":
+            return PresetsOptions(algorithm=args.algorithm)
     except ValueError as error:
         parser.exit(2, f"jaxlearner {args.command}: error: {error}\n")
     return None
@@ -331,6 +366,7 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
         progress=not args.no_progress,
         tensorboard=args.tensorboard,
         cache=_cache_options(args),
+        preset=args.preset,
     )
 
 

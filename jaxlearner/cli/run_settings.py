@@ -10,15 +10,17 @@ which the command prints as one line (exit status 2).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import pathlib
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import gymnasium as gym
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm, OfflineAlgorithm
 from jaxlearner.algorithms.builtin import algorithm_names, algorithm_recipe
 from jaxlearner.algorithms.config import parse_overrides
+from jaxlearner.algorithms.presets import Origin, Preset, preset_rows
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import Devices, TrainOptions, parse_devices
@@ -42,8 +44,9 @@ class RunSettings:
       algorithm: the registered algorithm's name, lower case.
       env: the gymnasium environment id (an offline run's evaluation environment).
       config: the config fields as JSON values (schedules as tuples of pairs): the
-        ``--config`` overrides of a new run, the whole config of a resumed one. Typed
-        ``Any`` since the algorithm, and so its config class, is chosen at run time.
+        preset's fields with the ``--config`` overrides over them for a new run, the
+        whole config of a resumed one. Typed ``Any`` since the algorithm, and so its
+        config class, is chosen at run time.
       num_envs: sub-environments stepped together.
       seed: the run's seed.
       stop_reward: the evaluation return that ends the run, or ``None``.
@@ -52,6 +55,8 @@ class RunSettings:
       checkpoint_every_steps: env steps between periodic checkpoints.
       devices: ``--devices`` as typed (``"all"`` or a count), or ``None``.
       dataset: an offline run's ``--dataset``.
+      preset: the preset row the run started from (``"ppo/HalfCheetah-v5 (rl_zoo3)"``),
+        or ``None``.
     """
 
     algorithm: str
@@ -65,6 +70,7 @@ class RunSettings:
     checkpoint_every_steps: int
     devices: str | None
     dataset: str | None = None
+    preset: str | None = None
 
 
 def run_settings(options: TrainOptions) -> RunSettings:
@@ -97,6 +103,7 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
             ("--checkpoint-every-steps", options.checkpoint_every_steps),
             ("--seed", options.seed),
             ("--dataset", options.dataset),
+            ("--preset", None if options.preset == "auto" else options.preset),
         ]
         if value is not None
     ]
@@ -123,11 +130,12 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
         checkpoint_every_steps=info.get("checkpoint_every_steps") or eval_every,
         devices=info.get("devices"),
         dataset=info.get("dataset"),
+        preset=info.get("preset"),
     )
 
 
 def _new_settings(options: TrainOptions) -> RunSettings:
-    """The settings of a new run: the command line over the algorithm's :data:`DEFAULTS`."""
+    """The settings of a new run: the command line over the environment's preset row."""
     if options.algorithm is None:
         raise UsageError("give an algorithm (" + ", ".join(algorithm_names()) + ") or --resume")
     name = options.algorithm.lower()
@@ -145,24 +153,59 @@ def _new_settings(options: TrainOptions) -> RunSettings:
     except ValueError as error:
         raise UsageError(str(error)) from None
     _check_sequences(recipe.config_type, overrides)
-    same_env = defaults is not None and env_id == defaults.env
+    row = _preset(name, env_id, options.preset)
+    num_envs = options.num_envs or (row.num_envs if row else 8)
     stop_reward = options.stop_reward
     if stop_reward is None:
+        same_env = defaults is not None and env_id == defaults.env
         stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
-    eval_every = options.eval_every or (defaults.eval_every if defaults else 10_000)
+    eval_every = options.eval_every or (row.eval_every if row else 10_000)
     return RunSettings(
         algorithm=name,
         env=env_id,
-        config=overrides,
-        num_envs=options.num_envs or (defaults.num_envs if defaults else 8),
+        config=_resolved_config(recipe.config_type, row, overrides, num_envs),
+        num_envs=num_envs,
         seed=0 if options.seed is None else options.seed,
         stop_reward=stop_reward,
-        max_steps=options.max_steps or (defaults.max_steps if defaults else 1_000_000),
+        max_steps=options.max_steps or (row.max_steps if row else 1_000_000),
         eval_every=eval_every,
         checkpoint_every_steps=options.checkpoint_every_steps or eval_every,
         devices=None if options.devices is None else str(options.devices),
         dataset=options.dataset,
+        preset=row.name if row else None,
     )
+
+
+def _preset(algorithm: str, env_id: str, choice: str) -> Preset | None:
+    """The row ``--preset`` picks: ``auto`` the environment's preferred one (or none), ``none``
+    none, an origin that origin's (a usage error where it has none)."""
+    if choice == "none":
+        return None
+    origin = None if choice == "auto" else cast(Origin, choice)
+    rows = preset_rows(algorithm, env_id, origin)
+    if rows or origin is None:
+        return rows[0] if rows else None
+    known = sorted(row.env_id for row in preset_rows(algorithm, origin=origin))
+    raise UsageError(
+        f"--preset {choice}: no {choice} preset for {algorithm} on {env_id}; "
+        f"{algorithm} has {choice} presets for {known} ('jaxlearner presets {algorithm}')"
+    )
+
+
+def _resolved_config(
+    config_type: type, row: Preset | None, overrides: dict[str, Any], num_envs: int
+) -> dict[str, Any]:
+    """The preset's fields with the ``--config`` overrides over them.
+
+    A config with ``num_envs_per_env_runner`` (reward normalization keeps one running return
+    per environment) gets the run's number of environments unless ``--config`` sets it, so
+    ``--num-envs`` over a preset stays consistent.
+    """
+    config = {**(dict(row.config) if row else {}), **overrides}
+    fields = {field.name for field in dataclasses.fields(config_type)}
+    if "num_envs_per_env_runner" in fields and "num_envs_per_env_runner" not in overrides:
+        config["num_envs_per_env_runner"] = num_envs
+    return config
 
 
 def _saved_config(run: pathlib.Path, recorded: dict[str, Any]) -> dict[str, Any]:
@@ -221,9 +264,8 @@ def build(settings: RunSettings) -> AnyAlgorithm:
         the batch does not split over.
     """
     recipe = algorithm_recipe(settings.algorithm)
-    defaults = DEFAULTS.get(settings.algorithm)
-    same_env = defaults is not None and settings.env == defaults.env
-    config = {**(defaults.config if same_env else {}), **settings.config}
+    config = settings.config
+    check_env_extra(settings.env)
     try:
         env = gym.make(settings.env)
     except gym.error.Error as error:
@@ -248,6 +290,31 @@ def build(settings: RunSettings) -> AnyAlgorithm:
     except ValueError as error:
         raise UsageError(f"--num-envs {settings.num_envs}: {error}") from None
     return algorithm
+
+
+EXTRAS: dict[str, tuple[str, str]] = {"gymnasium.envs.mujoco": ("mujoco", "mujoco")}
+"""Environments by entry-point package: the module they import and jaxlearner's extra."""
+
+
+def check_env_extra(env_id: str) -> None:
+    """A MuJoCo environment without MuJoCo installed is one line naming the extra.
+
+    Raises:
+      UsageError: ``HalfCheetah-v5 needs MuJoCo: pip install "jaxlearner[mujoco]"``.
+    """
+    try:
+        entry_point = gym.spec(env_id).entry_point
+    except gym.error.Error:
+        return  # an unknown id: gym.make says why, with suggestions
+    for package, (module, extra) in EXTRAS.items():
+        if isinstance(entry_point, str) and entry_point.startswith(package):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                install = f'pip install "jaxlearner[{extra}]"'
+                raise UsageError(
+                    f"{env_id} needs {module}, which is not installed: {install}"
+                ) from None
 
 
 def is_offline(algorithm: AnyAlgorithm) -> TypeGuard[OfflineAlgorithm]:

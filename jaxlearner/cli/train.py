@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TypeAlias
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
+from jaxlearner.algorithms.config import config_to_json
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.options import TrainOptions
 from jaxlearner.cli.run_folder import (
@@ -116,6 +117,7 @@ def train(options: TrainOptions) -> int:
         out, lock = new_run_folder(out, beside=options.new_run or options.out is None)
         record = {
             **dataclasses.asdict(settings),
+            "config": config_to_json(algorithm.config),  # resolved: every field
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
         }
         write_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
@@ -180,7 +182,9 @@ def _run(
     """Trains until a stop condition holds or a signal arrives; saves; prints where it all went."""
     conditions = _stop_conditions(settings)
     save = _saver(trainer, checkpoint, settings.checkpoint_every_steps)
-    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs"
+    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs, " + (
+        f"preset {settings.preset}" if settings.preset else "no preset (the library's defaults)"
+    )
     steps = "env steps"
     if settings.dataset is not None:
         where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"

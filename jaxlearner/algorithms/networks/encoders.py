@@ -3,8 +3,10 @@
 :func:`encoder_for` reads a space's ``shape``, ``n``, ``nvec`` and ``start``
 and builds an :class:`Encoder` (one-hot for discrete observations, a small
 :class:`CNN` for images, flattening otherwise) followed by an :class:`MLP`.
-Hidden layers use orthogonal initialisation with gain ``sqrt(2)``
-(Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990).
+Hidden layers use orthogonal initialisation with gain ``sqrt(2)`` and zero
+biases (Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990); with
+``ortho_init=False`` every layer takes PyTorch's default initialisation
+instead (:func:`dense`), as SB3's policies do with ``ortho_init=False``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,55 @@ OBSERVATION_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
 SQRT2 = math.sqrt(2.0)
 
 
+TORCH_KERNEL_INIT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+"""PyTorch's default ``nn.Linear``/``nn.Conv2d`` weights: ``kaiming_uniform_(a=sqrt(5))``,
+which is ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, variance ``1 / (3 fan_in)``."""
+
+
 def orthogonal_dense(size: int, gain: float, name: str) -> nn.Dense:
     """A dense layer with orthogonal initialisation of the given gain."""
     return nn.Dense(size, kernel_init=nn.initializers.orthogonal(gain), name=name)
+
+
+def torch_bias_init(fan_in: int) -> nn.initializers.Initializer:
+    """PyTorch's default bias: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Example:
+      >>> bias = torch_bias_init(4)(jax.random.key(0), (3,))   # in [-0.5, 0.5]
+    """
+    bound = 1.0 / math.sqrt(fan_in)
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: jnp.dtype = jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def dense(size: int, gain: float, name: str, fan_in: int, ortho_init: bool = True) -> nn.Dense:
+    """A dense layer: orthogonal with ``gain`` and zero bias, or PyTorch's default.
+
+    ``ortho_init=True`` is SB3's ``ortho_init=True`` (and this library's
+    default); ``ortho_init=False`` gives PyTorch's ``nn.Linear`` initialisation,
+    which SB3 then keeps: weights from :data:`TORCH_KERNEL_INIT` and biases
+    from :func:`torch_bias_init` (``gain`` is unused). The param names are the
+    same either way, so checkpoints restore into both.
+
+    Args:
+      size: output units.
+      gain: the orthogonal initialisation's gain.
+      name: the layer's name in the param tree.
+      fan_in: the layer's input features (for PyTorch's bias bound).
+      ortho_init: orthogonal (``True``) or PyTorch's default (``False``).
+
+    Example:
+      >>> layer = dense(8, 1.0, "out", fan_in=4, ortho_init=False)
+      >>> params = layer.init(jax.random.key(0), jnp.zeros((2, 4)))
+    """
+    if ortho_init:
+        return orthogonal_dense(size, gain, name)
+    return nn.Dense(
+        size, kernel_init=TORCH_KERNEL_INIT, bias_init=torch_bias_init(fan_in), name=name
+    )
 
 
 def _sizes(value: Sequence[int], what: str) -> tuple[int, ...]:
@@ -59,6 +107,8 @@ class MLP(nn.Module):
     Attributes:
       hidden_sizes: units per layer; ``()`` is the identity.
       activation: a name in :data:`ACTIVATIONS`.
+      ortho_init: orthogonal layers (gain ``sqrt(2)``), or PyTorch's default
+        initialisation (see :func:`dense`).
 
     Example:
       >>> mlp = MLP((64, 64), "relu")
@@ -67,6 +117,7 @@ class MLP(nn.Module):
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    ortho_init: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _sizes(self.hidden_sizes, "MLP.hidden_sizes"))
@@ -76,7 +127,8 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for i, size in enumerate(self.hidden_sizes):
-            x = ACTIVATIONS[self.activation](orthogonal_dense(size, SQRT2, f"dense_{i}")(x))
+            layer = dense(size, SQRT2, f"dense_{i}", x.shape[-1], self.ortho_init)
+            x = ACTIVATIONS[self.activation](layer(x))
         return x
 
 
@@ -92,6 +144,8 @@ class CNN(nn.Module):
       kernel_sizes: square kernel size per convolution.
       strides: stride per convolution.
       activation: a name in :data:`ACTIVATIONS`.
+      ortho_init: orthogonal kernels (gain ``sqrt(2)``) and zero biases, or
+        PyTorch's default ``nn.Conv2d`` initialisation.
 
     Example:
       >>> cnn = CNN()
@@ -102,6 +156,7 @@ class CNN(nn.Module):
     kernel_sizes: Sequence[int] = (8, 4, 3)
     strides: Sequence[int] = (4, 2, 1)
     activation: str = "relu"
+    ortho_init: bool = True
 
     def __post_init__(self) -> None:
         for name in ("channels", "kernel_sizes", "strides"):
@@ -122,13 +177,17 @@ class CNN(nn.Module):
             x = x / 255.0
         layers = zip(self.channels, self.kernel_sizes, self.strides, strict=True)
         for i, (channels, kernel, stride) in enumerate(layers):
+            fan_in = x.shape[-1] * kernel * kernel
+            init = {"kernel_init": nn.initializers.orthogonal(SQRT2)}
+            if not self.ortho_init:
+                init = {"kernel_init": TORCH_KERNEL_INIT, "bias_init": torch_bias_init(fan_in)}
             conv = nn.Conv(
                 channels,
                 (kernel, kernel),
                 (stride, stride),
                 padding="SAME",
-                kernel_init=nn.initializers.orthogonal(SQRT2),
                 name=f"conv_{i}",
+                **init,
             )
             x = ACTIVATIONS[self.activation](conv(x))
         return x.reshape(*x.shape[:-3], -1)
@@ -152,6 +211,7 @@ class Encoder(nn.Module):
         (gymnasium's ``start``); empty means all zero.
       hidden_sizes: the MLP's layers; ``()`` returns the preprocessed input.
       activation: the MLP's activation (the CNN always uses ReLU).
+      ortho_init: the CNN's and the MLP's initialisation (see :func:`dense`).
     """
 
     observation_shape: tuple[int, ...]
@@ -160,6 +220,7 @@ class Encoder(nn.Module):
     one_hot_starts: tuple[int, ...] = ()
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    ortho_init: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "observation_shape", tuple(self.observation_shape))
@@ -182,7 +243,7 @@ class Encoder(nn.Module):
             )
         batch = obs.shape[: obs.ndim - rank]
         if self.kind == "image":
-            x = CNN(name="cnn")(obs)
+            x = CNN(ortho_init=self.ortho_init, name="cnn")(obs)
         elif self.kind == "one_hot":
             values = obs.reshape(*batch, len(self.one_hot_sizes)).astype(jnp.int32)
             starts = jnp.asarray(self.one_hot_starts or (0,) * len(self.one_hot_sizes))
@@ -195,13 +256,14 @@ class Encoder(nn.Module):
             )
         else:
             x = obs.reshape(*batch, -1).astype(jnp.float32)
-        return MLP(self.hidden_sizes, self.activation, name="mlp")(x)
+        return MLP(self.hidden_sizes, self.activation, self.ortho_init, name="mlp")(x)
 
 
 def encoder_for(
     observation_space: gymnasium.Space,
     hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "tanh",
+    ortho_init: bool = True,
 ) -> Encoder:
     """An :class:`Encoder` for a gymnasium observation space.
 
@@ -214,6 +276,7 @@ def encoder_for(
       observation_space: the environment's (single, unbatched) observation space.
       hidden_sizes: the MLP's layers after preprocessing.
       activation: a name in :data:`ACTIVATIONS`.
+      ortho_init: orthogonal initialisation, or PyTorch's default (see :func:`dense`).
 
     Returns:
       An :class:`Encoder`: ``obs [..., *space.shape] -> features [..., F]``.
@@ -225,7 +288,11 @@ def encoder_for(
       >>> encoder = encoder_for(gymnasium.spaces.Box(-1, 1, (4,)), (64, 64), "tanh")
       >>> params = encoder.init(jax.random.key(0), jnp.zeros((8, 4)))
     """
-    common = {"hidden_sizes": tuple(hidden_sizes), "activation": activation}
+    common = {
+        "hidden_sizes": tuple(hidden_sizes),
+        "activation": activation,
+        "ortho_init": ortho_init,
+    }
     spaces = gymnasium.spaces
     if isinstance(observation_space, spaces.Box):
         kind = "image" if len(observation_space.shape) == 3 else "vector"

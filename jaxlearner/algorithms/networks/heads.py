@@ -4,7 +4,9 @@
 :class:`~jaxlearner.algorithms.networks.distribution_spec.DistributionSpec` a policy
 head outputs inputs for; :class:`PolicyHead` and :class:`ValueHead` are the
 output layers (orthogonal initialisation, gain 0.01 for the policy and 1 for
-values, as in Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990);
+values, as in Andrychowicz et al. 2020, https://arxiv.org/abs/2006.05990; or
+PyTorch's default with ``ortho_init=False``, see
+:func:`~jaxlearner.algorithms.networks.encoders.dense`);
 :func:`with_hidden_layers` puts an MLP before a head (RLlib's
 ``head_fcnet_hiddens``); :class:`Tower` runs an encoder, then a head.
 :mod:`~jaxlearner.algorithms.networks.models` builds whole networks from these.
@@ -22,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
-from jaxlearner.algorithms.networks.encoders import MLP, orthogonal_dense
+from jaxlearner.algorithms.networks.encoders import MLP, dense
 
 ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box (1-D)")
 
@@ -102,37 +104,45 @@ class PolicyHead(nn.Module):
       state_dependent_std: Gaussian kinds only; see above.
       log_std_init: initial value of the state-independent ``log_std``.
       log_std_range: ``(min, max)`` of a state-dependent ``log_std``.
+      ortho_init: the output layer orthogonal with gain 0.01, or PyTorch's default.
     """
 
     distribution: DistributionSpec
     state_dependent_std: bool = False
     log_std_init: float = 0.0
     log_std_range: tuple[float, float] = (-5.0, 2.0)
+    ortho_init: bool = True
 
     @nn.compact
     def __call__(self, features: jax.Array) -> jax.Array:
         spec = self.distribution
+        output = lambda size, name: dense(size, 0.01, name, features.shape[-1], self.ortho_init)
         if spec.is_discrete:
-            return orthogonal_dense(spec.num_inputs, 0.01, "logits")(features)
+            return output(spec.num_inputs, "logits")(features)
         dim = spec.sizes[0]
         if self.state_dependent_std:
-            mean, raw = jnp.split(
-                orthogonal_dense(2 * dim, 0.01, "mean_log_std")(features), 2, axis=-1
-            )
+            mean, raw = jnp.split(output(2 * dim, "mean_log_std")(features), 2, axis=-1)
             low, high = self.log_std_range
             log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
             return jnp.concatenate([mean, log_std], axis=-1)
-        mean = orthogonal_dense(dim, 0.01, "mean")(features)
+        mean = output(dim, "mean")(features)
         log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (dim,))
         return jnp.concatenate([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-1)
 
 
 class ValueHead(nn.Module):
-    """Features ``[..., F]`` to a value ``[...]``."""
+    """Features ``[..., F]`` to a value ``[...]``.
+
+    Attributes:
+      ortho_init: the output layer orthogonal with gain 1, or PyTorch's default.
+    """
+
+    ortho_init: bool = True
 
     @nn.compact
     def __call__(self, features: jax.Array) -> jax.Array:
-        return orthogonal_dense(1, 1.0, "value")(features)[..., 0]
+        layer = dense(1, 1.0, "value", features.shape[-1], self.ortho_init)
+        return layer(features)[..., 0]
 
 
 class HiddenHead(nn.Module):
@@ -155,9 +165,15 @@ class HiddenHead(nn.Module):
 
 
 def with_hidden_layers(
-    head: nn.Module, hidden_sizes: Sequence[int] = (), activation: str = "relu"
+    head: nn.Module,
+    hidden_sizes: Sequence[int] = (),
+    activation: str = "relu",
+    ortho_init: bool = True,
 ) -> nn.Module:
     """``head`` itself for ``hidden_sizes=()``, else a :class:`HiddenHead` around it.
+
+    ``ortho_init`` is the hidden layers' initialisation (see
+    :class:`~jaxlearner.algorithms.networks.encoders.MLP`).
 
     Raises:
       ValueError: for sizes that are not positive ints or an unknown activation
@@ -171,7 +187,7 @@ def with_hidden_layers(
     """
     if not tuple(hidden_sizes):
         return head
-    return HiddenHead(MLP(hidden_sizes, activation), head)
+    return HiddenHead(MLP(hidden_sizes, activation, ortho_init), head)
 
 
 class Tower(nn.Module):

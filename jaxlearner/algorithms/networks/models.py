@@ -19,7 +19,9 @@ Outputs and parameter paths (``params["params"][...]``):
 
 Hidden layers use orthogonal initialisation with gain ``sqrt(2)``; the policy
 head gain 0.01 and value and Q heads gain 1 (as in Andrychowicz et al. 2020,
-https://arxiv.org/abs/2006.05990).
+https://arxiv.org/abs/2006.05990). :func:`actor_critic` takes ``ortho_init=False``
+for PyTorch's default initialisation instead (SB3's ``ortho_init=False``), with
+the same param names.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def actor_critic(
     log_std_init: float = 0.0,
     head_hidden_sizes: Sequence[int] = (),
     head_activation: str = "relu",
+    ortho_init: bool = True,
 ) -> ActorCritic:
     """PPO's :class:`ActorCritic` for two gymnasium spaces.
 
@@ -96,6 +99,11 @@ def actor_critic(
       head_hidden_sizes: hidden layers of the policy and the value head, after
         the encoder (RLlib's ``head_fcnet_hiddens``); ``()``: linear heads.
       head_activation: their activation (RLlib's ``head_fcnet_activation``).
+      ortho_init: orthogonal initialisation (gain ``sqrt(2)`` hidden, 0.01
+        policy output, 1 value output, zero biases) as SB3's ``ortho_init=True``,
+        or PyTorch's default ``nn.Linear`` initialisation for every layer, as
+        SB3's ``ortho_init=False``; see
+        :func:`~jaxlearner.algorithms.networks.encoders.dense`.
 
     Returns:
       The module; ``make_distribution(distribution_for(action_space, squash),
@@ -113,15 +121,13 @@ def actor_critic(
       ['actor', 'critic', 'encoder']
     """
     spec = distribution_for(action_space, squash)
-    head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation)
-    policy, value = head(PolicyHead(spec, log_std_init=log_std_init)), head(ValueHead())
+    head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation, ortho_init)
+    policy = head(PolicyHead(spec, log_std_init=log_std_init, ortho_init=ortho_init))
+    value = head(ValueHead(ortho_init))
+    encoder = lambda: encoder_for(observation_space, hidden_sizes, activation, ortho_init)
     if share_encoder:
-        encoder = encoder_for(observation_space, hidden_sizes, activation)
-        return ActorCritic(policy, value, encoder)
-    return ActorCritic(
-        Tower(encoder_for(observation_space, hidden_sizes, activation), policy),
-        Tower(encoder_for(observation_space, hidden_sizes, activation), value),
-    )
+        return ActorCritic(policy, value, encoder())
+    return ActorCritic(Tower(encoder(), policy), Tower(encoder(), value))
 
 
 def actor_critic_options(config: Any) -> dict[str, Any]:
@@ -129,7 +135,7 @@ def actor_critic_options(config: Any) -> dict[str, Any]:
 
     For PPO's, APPO's and MARWIL's configs (RLlib's field names):
     ``hidden_sizes``, ``activation``, ``vf_share_layers`` (as ``share_encoder``),
-    ``log_std_init``, ``head_hidden_sizes`` and ``head_activation``;
+    ``log_std_init``, ``head_hidden_sizes``, ``head_activation`` and ``ortho_init``;
     :func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`
     takes the same.
 
@@ -144,6 +150,7 @@ def actor_critic_options(config: Any) -> dict[str, Any]:
         "log_std_init": config.log_std_init,
         "head_hidden_sizes": config.head_hidden_sizes,
         "head_activation": config.head_activation,
+        "ortho_init": config.ortho_init,
     }
 
 

@@ -143,6 +143,7 @@ def recurrent_actor_critic(
     log_std_init: float = 0.0,
     head_hidden_sizes: tuple[int, ...] = (),
     head_activation: str = "relu",
+    ortho_init: bool = True,
 ) -> RecurrentActorCritic:
     """A :class:`RecurrentActorCritic` for two gymnasium spaces (RLlib's ``use_lstm``).
 
@@ -164,6 +165,9 @@ def recurrent_actor_critic(
         linear value head learns returns of tens slowly; a hidden layer here
         lets it reach them.
       head_activation: their activation (RLlib's ``head_fcnet_activation``).
+      ortho_init: the MLPs' and heads' initialisation, orthogonal or PyTorch's
+        default (see :func:`~jaxlearner.algorithms.networks.models.actor_critic`);
+        the cell keeps flax's initialisation either way.
 
     Raises:
       ValueError: for an unknown cell or a cell size that is not a positive int;
@@ -177,14 +181,14 @@ def recurrent_actor_critic(
     """
     _check_cell(cell, cell_size)
     spec = distribution_for(action_space)
-    head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation)
+    head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation, ortho_init)
     heads = {
-        "actor": head(PolicyHead(spec, log_std_init=log_std_init)),
-        "critic": head(ValueHead()),
+        "actor": head(PolicyHead(spec, log_std_init=log_std_init, ortho_init=ortho_init)),
+        "critic": head(ValueHead(ortho_init)),
     }
 
     def tower() -> RecurrentTower:
-        encoder = encoder_for(observation_space, hidden_sizes, activation)
+        encoder = encoder_for(observation_space, hidden_sizes, activation, ortho_init)
         return RecurrentTower(encoder, cell, cell_size)
 
     if share_encoder:

@@ -1,0 +1,89 @@
+"""DQN's rows: RL Zoo's ``rl_zoo3/hyperparams/dqn.yml`` (rl_zoo3 2.9), typed in as the zoo writes
+them and translated by :func:`~jaxlearner.algorithms.presets.sb3.zoo_row`."""
+
+from __future__ import annotations
+
+from jaxlearner.algorithms.presets.preset import Preset
+from jaxlearner.algorithms.presets.sb3 import zoo_row
+
+_MLP = {"net_arch": (256, 256)}
+
+ROWS: tuple[Preset, ...] = (
+    zoo_row(
+        "dqn",
+        "CartPole-v1",
+        "CartPole-v1",
+        {
+            "n_timesteps": 5e4,
+            "learning_rate": 2.3e-3,
+            "batch_size": 64,
+            "buffer_size": 100000,
+            "learning_starts": 1000,
+            "gamma": 0.99,
+            "target_update_interval": 10,
+            "train_freq": 256,
+            "gradient_steps": 128,
+            "exploration_fraction": 0.16,
+            "exploration_final_eps": 0.04,
+            "policy_kwargs": _MLP,
+        },
+    ),
+    zoo_row(
+        "dqn",
+        "MountainCar-v0",
+        "MountainCar-v0",
+        {
+            "n_timesteps": 1.2e5,
+            "learning_rate": 4e-3,
+            "batch_size": 128,
+            "buffer_size": 10000,
+            "learning_starts": 1000,
+            "gamma": 0.98,
+            "target_update_interval": 600,
+            "train_freq": 16,
+            "gradient_steps": 8,
+            "exploration_fraction": 0.2,
+            "exploration_final_eps": 0.07,
+            "policy_kwargs": _MLP,
+        },
+    ),
+    zoo_row(
+        "dqn",
+        "LunarLander-v3",
+        "LunarLander-v3",
+        {
+            "n_timesteps": 1e5,
+            "learning_rate": 6.3e-4,
+            "batch_size": 128,
+            "buffer_size": 50000,
+            "learning_starts": 0,
+            "gamma": 0.99,
+            "target_update_interval": 250,
+            "train_freq": 4,
+            "gradient_steps": -1,
+            "exploration_fraction": 0.12,
+            "exploration_final_eps": 0.1,
+            "policy_kwargs": _MLP,
+        },
+    ),
+    zoo_row(
+        "dqn",
+        "Acrobot-v1",
+        "Acrobot-v1",
+        {
+            "n_timesteps": 1e5,
+            "learning_rate": 6.3e-4,
+            "batch_size": 128,
+            "buffer_size": 50000,
+            "learning_starts": 0,
+            "gamma": 0.99,
+            "target_update_interval": 250,
+            "train_freq": 4,
+            "gradient_steps": -1,
+            "exploration_fraction": 0.12,
+            "exploration_final_eps": 0.1,
+            "policy_kwargs": _MLP,
+        },
+    ),
+)
+"""DQN's RL Zoo rows (classic control)."""

@@ -1,0 +1,86 @@
+"""One preset: tuned settings for one algorithm on one environment, and where they come from."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
+
+from jaxlearner.algorithms.builtin import algorithm_recipe
+from jaxlearner.algorithms.config import make_config
+
+Origin: TypeAlias = Literal["rl_zoo3", "jaxlearner"]
+"""Who tuned a row: RL Zoo (``rl_zoo3/hyperparams/*.yml``), or this project."""
+
+ORIGINS: tuple[Origin, ...] = ("jaxlearner", "rl_zoo3")
+"""The origins, in the order :func:`~jaxlearner.algorithms.presets.preset` prefers them: a row
+tuned here exists only where it reached the same goal faster on a CPU than RL Zoo's (its notes
+say by how much), so it goes first."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Tuned settings for one algorithm on one environment: its config and how to train it.
+
+    Attributes:
+      algorithm: the registered algorithm's name (``"ppo"``, ``"sac"``, ...).
+      env_id: the gymnasium environment id (RL Zoo's ``-v4`` and ``-v2`` MuJoCo entries
+        are given here under gymnasium's ``-v5`` ids).
+      config: the algorithm's config fields (its config class's names), read-only.
+      num_envs: sub-environments stepped together (SB3's ``n_envs``).
+      max_steps: the env-step budget (RL Zoo's ``n_timesteps``); ``lin_`` schedules reach 0
+        there.
+      eval_every: env steps between evaluations.
+      source: the file and entry the numbers come from, e.g.
+        ``"rl_zoo3/hyperparams/ppo.yml: HalfCheetah-v4"``.
+      notes: what the translation changed or left out, and why.
+      origin: ``"rl_zoo3"`` or ``"jaxlearner"`` (see :data:`ORIGINS`).
+
+    Raises:
+      ValueError: for an unknown origin, counts that are not positive ints, or an empty
+        algorithm, env id or source.
+
+    Example:
+      >>> row = jl.algorithms.presets.preset_rows("ppo", "HalfCheetah-v5")[0]  # doctest: +SKIP
+      >>> row.num_envs, row.max_steps, row.config["lr"]                        # doctest: +SKIP
+      (1, 1000000, 2.0633e-05)
+    """
+
+    algorithm: str
+    env_id: str
+    config: Mapping[str, Any]
+    num_envs: int
+    max_steps: int
+    eval_every: int
+    source: str
+    notes: str = ""
+    origin: Origin = "rl_zoo3"
+
+    def __post_init__(self) -> None:
+        for name in ("algorithm", "env_id", "source"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"Preset.{name} must be a non-empty string; got {value!r}.")
+        for name in ("num_envs", "max_steps", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Preset.{name} must be a positive int; got {value!r}.")
+        if self.origin not in ORIGINS:
+            raise ValueError(f"Preset.origin must be one of {ORIGINS}; got {self.origin!r}.")
+        object.__setattr__(self, "config", types.MappingProxyType(dict(self.config)))
+
+    @property
+    def name(self) -> str:
+        """``"ALGORITHM/ENV_ID (ORIGIN)"``, as run.json and ``jaxlearner presets`` show it."""
+        return f"{self.algorithm}/{self.env_id} ({self.origin})"
+
+    def typed_config(self) -> Any:
+        """The algorithm's typed config with this row's fields (``Any``: its class varies).
+
+        Raises:
+          ValueError: for a field the algorithm's config does not have (the valid names
+            are listed) or a value it rejects.
+        """
+        config_type = algorithm_recipe(self.algorithm).config_type
+        return make_config(config_type, dict(self.config))
