@@ -77,3 +77,10 @@ def test_recurrent_block_runs():
     assert stats["default_policy/num_grad_steps"] == 8 * 4  # 8 epochs of 4 minibatches
     namespace["env"].close()
     trainer.close()
+
+
+def test_normalization_block_runs():
+    namespace = _run("normalization", {})
+    moments = namespace["moments"]
+    assert float(moments.count) == 256.0 and moments.mean.shape == (3,)
+    namespace["trainer"].close()
