@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import gymnasium as gym
@@ -247,6 +248,24 @@ def test_anakin_keeps_one_set_of_statistics_per_seed():
     assert extra[OBS_MOMENTS].count.tolist() == [128.0] * 3
     assert extra[RETURN_MOMENTS].returns.shape == (3, 4)
     assert len({tuple(row) for row in extra[OBS_MOMENTS].mean.round(5).tolist()}) == 3
+
+
+def test_the_command_line_trains_evaluates_and_records_with_the_statistics(tmp_path, monkeypatch):
+    from jaxlearner.cli import main
+
+    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
+    run = tmp_path / "run"
+    tiny = ["--max-steps", "512", "--eval-every", "512", "--num-envs", "4", "--no-progress"]
+    config = ["norm_obs=True", "norm_reward=True", "train_batch_size=256", "hidden_sizes=[8]"]
+    assert main(["train", "ppo", "--out", str(run), *tiny, "--config", *config]) == 0
+    saved = json.loads((run / "run.json").read_text())["config"]
+    assert saved["num_envs_per_env_runner"] == 4  # the run's envs, set by the command line
+    before = jl.restore(run / "checkpoints")[1].modules["default_policy"].extra
+    assert float(before[OBS_MOMENTS].count) == 512.0
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert main(["record", str(run), "--episodes", "2", "--out", str(tmp_path / "data")]) == 0
+    after = jl.restore(run / "checkpoints")[1].modules["default_policy"].extra
+    assert tree_equal(jax.device_get(after), jax.device_get(before))  # evaluation observes nothing
 
 
 # Bad input

@@ -67,8 +67,9 @@ def config_from_json(cls: type[ConfigT], values: Mapping[str, Any]) -> ConfigT:
 def parse_overrides(cls: type[ConfigT], items: Sequence[str]) -> dict[str, Any]:
     """``["lr=1e-3", "hidden_sizes=[64,64]"]`` -> ``{"lr": 0.001, "hidden_sizes": (64, 64)}``.
 
-    Values are parsed as JSON (numbers, lists, booleans, ``null``), falling
-    back to the plain string.
+    Values are parsed as JSON (numbers, lists, booleans, ``null``); Python's
+    ``True``, ``False`` and ``None`` are read as JSON's ``true``, ``false`` and
+    ``null``; anything else is the plain string.
 
     Raises:
       ValueError: for an item without ``=`` or an unknown key (valid names listed).
@@ -87,7 +88,7 @@ def parse_overrides(cls: type[ConfigT], items: Sequence[str]) -> dict[str, Any]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
-            value = text
+            value = {"True": True, "False": False, "None": None}.get(text.strip(), text)
         if isinstance(fields[key].default, tuple) and isinstance(value, list):
             value = tuple(value)
         overrides[key] = value
