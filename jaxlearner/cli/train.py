@@ -54,6 +54,7 @@ from jaxlearner.training.outputs.loggers import (
 )
 from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound, StopCondition
 from jaxlearner.training.trainer import Trainer
+from jaxlearner_cli import SIGNALS, Interrupted
 
 AnyTrainer: TypeAlias = Trainer | OfflineTrainer
 """The trainer ``jaxlearner train`` runs: on rollouts, or on a dataset (BC, MARWIL)."""
@@ -70,13 +71,18 @@ class _Interrupted:
         self._previous: dict[int, _Handler] = {}
 
     def __enter__(self) -> _Interrupted:
-        for number in (signal.SIGINT, signal.SIGTERM):
+        for number in SIGNALS:
             self._previous[number] = signal.signal(number, self._handle)
+        # A signal the entry point's handler saw, but that something swallowed: stop now.
+        early = [getattr(h, "received", None) for h in self._previous.values()]
+        if any(early):
+            self.__exit__()
+            raise Interrupted(next(n for n in early if n))
         return self
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
         if self.signal is not None:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
+            raise Interrupted(number)  # a second Ctrl-C: stop now, without saving
         self.signal = number
         self._trainer.request_stop()
         print(
