@@ -10,6 +10,15 @@ class ReadableKeyError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class CheckpointCorruptedError(ValueError):
+    """A saved array cannot be read, or its content differs from the digest saved with it; or
+    a step holds a symbolic link. Raised by :class:`~jaxlearner.CheckpointManager`'s reads.
+
+    Defined here, apart from the orbax-bound checkpoint package, so that the command
+    line can answer it with one line without loading orbax first.
+    """
+
+
 class NonFiniteError(FloatingPointError):
     """A training iteration left a module's loss or params non-finite (NaN or infinite).
 

@@ -58,6 +58,7 @@ from jaxlearner.algorithms.algorithm import OfflineAlgorithm, RowsFn
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
 from jaxlearner.algorithms.config import (
     check_fraction,
+    check_non_negative,
     check_offline_batch_config,
     check_policy_network_config,
     check_positive,
@@ -115,8 +116,7 @@ class MARWILConfig:
             "MARWILConfig", moving_average_sqd_adv_norm_start=self.moving_average_sqd_adv_norm_start
         )
         check_offline_batch_config(self)
-        if self.vf_coeff < 0:
-            raise ValueError(f"MARWILConfig.vf_coeff must be >= 0; got {self.vf_coeff!r}.")
+        check_non_negative("MARWILConfig", vf_coeff=self.vf_coeff)
         check_policy_network_config(self)
         freeze_schedules(self, "lr", "beta")
 

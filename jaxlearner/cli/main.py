@@ -23,6 +23,7 @@ from jaxlearner.cli.options import (
 )
 from jaxlearner.cli.parser import NO_CACHE_VARIABLE, default_cache, parse, usage
 from jaxlearner.cli.run_folder import UsageError
+from jaxlearner.errors import CheckpointCorruptedError
 from jaxlearner_cli import exiting_on_signal, interrupted_line
 
 _COMMANDS = {
@@ -44,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       Ctrl-C (130) or SIGTERM (143) during ``train``.
 
     Raises:
-      SystemExit: with status 2 and one line on stderr for a bad option or argument.
+      SystemExit: with status 2 and one line on stderr for a bad option or argument, or a
+        checkpoint refused as damaged (a symbolic link in it included).
 
     Example:
       >>> from jaxlearner.cli import main
@@ -62,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(options)
     except UsageError as error:
         print(f"jaxlearner {command}: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except CheckpointCorruptedError as error:  # a damaged or planted step: refused, as a bad input
+        message = " ".join(str(error).split())
+        print(f"jaxlearner {command}: error: {message}", file=sys.stderr, flush=True)
         sys.exit(2)
     except KeyboardInterrupt as error:  # a SIGTERM too, under the jaxlearner_cli entry point
         number = getattr(error, "signal_number", signal.SIGINT)
