@@ -44,6 +44,7 @@ from jaxlearner.core.registry import (
 from jaxlearner.core.schedules import Schedule, piecewise_schedule
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.core.update import make_update
+from jaxlearner.errors import NonFiniteError
 from jaxlearner.training.stop_conditions import (
     All,
     AllOf,
@@ -166,6 +167,7 @@ __all__ = [
     "ModuleSpec",
     "ModuleState",
     "MultiAgentTrainer",
+    "NonFiniteError",
     "Observer",
     "OfflineTrainer",
     "Optimizer",

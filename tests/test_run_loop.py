@@ -6,7 +6,12 @@ import pytest
 from helpers import ListWriter
 
 import jaxlearner as jl
-from jaxlearner.training.run_loop import run_loop, stop_conditions_list, stop_description
+from jaxlearner.training.run_loop import (
+    next_evaluation,
+    run_loop,
+    stop_conditions_list,
+    stop_description,
+)
 
 
 @dataclasses.dataclass
@@ -77,3 +82,21 @@ def test_stop_conditions_and_their_description():
     description = stop_description([bound, jl.MaxEnvSteps(300_000)])
     assert description == "stops at 2 evals >= 475 in a row or 300k steps"
     assert stop_description([]) is None
+
+
+def test_a_second_run_continues_the_evaluation_schedule_of_the_history():
+    straight = CountingTrainer()
+    run_loop(straight, [], jl.MaxEnvSteps(1000), steps_per_eval=250, progress=False)
+    resumed = CountingTrainer()
+    run_loop(resumed, [], jl.MaxEnvSteps(400), steps_per_eval=250, progress=False)
+    # The last evaluation was at 300 env steps: the next falls at 550 (iteration 6), not 650.
+    run_loop(resumed, [], jl.MaxEnvSteps(1000), steps_per_eval=250, progress=False)
+    assert [s["iteration"] for s in straight.history if "eval/return_mean" in s] == [3, 6, 9]
+    assert resumed.history == straight.history
+
+
+def test_next_evaluation_counts_from_the_last_one_or_from_zero():
+    assert next_evaluation([], 250) == 250
+    history = [{"env_steps": 100.0}, {"env_steps": 300.0, "eval/return_mean": 1.0}]
+    assert next_evaluation(history, 250) == 550
+    assert next_evaluation([*history, {"env_steps": 400.0}], 250) == 550

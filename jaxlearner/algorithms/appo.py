@@ -84,6 +84,7 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, registe
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
+    check_non_negative,
     check_policy_network_config,
     check_positive,
     check_positive_int,
@@ -200,11 +201,7 @@ class APPOConfig:
                 f"APPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
                 f"({self.train_batch_size})."
             )
-        if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
-            raise ValueError(
-                f"APPOConfig.kl_coeff and vf_loss_coeff must be >= 0; got {self.kl_coeff!r} "
-                f"and {self.vf_loss_coeff!r}."
-            )
+        check_non_negative("APPOConfig", kl_coeff=self.kl_coeff, vf_loss_coeff=self.vf_loss_coeff)
         check_policy_network_config(self)
         check_bool("APPOConfig", ortho_init=self.ortho_init)
         freeze_schedules(self, "lr", "clip_param", "entropy_coeff")

@@ -106,6 +106,13 @@ def check_positive(owner: str, **values: Any) -> None:
             raise ValueError(f"{owner}.{name} must be a positive number; got {value!r}.")
 
 
+def check_non_negative(owner: str, **values: Any) -> None:
+    """Raises ``ValueError`` unless each value is a finite number ``>= 0`` (NaN is refused)."""
+    for name, value in values.items():
+        if not _is_finite_number(value) or value < 0:
+            raise ValueError(f"{owner}.{name} must be >= 0 and finite; got {value!r}.")
+
+
 def check_optional_positive(owner: str, **values: Any) -> None:
     """Raises ``ValueError`` unless each value is ``None`` or a positive finite number."""
     for name, value in values.items():

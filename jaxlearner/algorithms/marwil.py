@@ -61,6 +61,7 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, registe
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
+    check_non_negative,
     check_offline_batch_config,
     check_policy_network_config,
     check_positive,
@@ -119,8 +120,7 @@ class MARWILConfig:
             "MARWILConfig", moving_average_sqd_adv_norm_start=self.moving_average_sqd_adv_norm_start
         )
         check_offline_batch_config(self)
-        if self.vf_coeff < 0:
-            raise ValueError(f"MARWILConfig.vf_coeff must be >= 0; got {self.vf_coeff!r}.")
+        check_non_negative("MARWILConfig", vf_coeff=self.vf_coeff)
         check_policy_network_config(self)
         check_bool("MARWILConfig", ortho_init=self.ortho_init)
         freeze_schedules(self, "lr", "beta")

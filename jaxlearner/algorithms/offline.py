@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
+from jaxlearner.core.metrics import last_update_metrics
 from jaxlearner.core.state import LearnerState
 from jaxlearner.types import Metrics
 
@@ -155,7 +156,7 @@ def make_offline_updates(algorithm: OfflineAlgorithm, num_rows: int) -> OfflineU
 
     Returns:
       ``offline_updates(learner_state, rows, key) -> (learner_state, metrics)``
-      with the metrics of the last update.
+      with the metrics of the last update (``nonfinite`` the largest of all).
 
     Raises:
       ValueError: see :func:`updates_per_iteration`.
@@ -180,6 +181,6 @@ def make_offline_updates(algorithm: OfflineAlgorithm, num_rows: int) -> OfflineU
             return update_fn(state, {module_id: batch}, env_steps)
 
         learner_state, stacked = jax.lax.scan(one_update, learner_state, indices)
-        return learner_state, jax.tree.map(lambda x: x[-1], stacked)
+        return learner_state, last_update_metrics(stacked)
 
     return offline_updates

@@ -92,6 +92,7 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, registe
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
+    check_non_negative,
     check_policy_network_config,
     check_positive,
     check_positive_int,
@@ -189,8 +190,7 @@ class PPOConfig:
                 f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
                 f"({self.train_batch_size})."
             )
-        if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
-            raise ValueError("PPOConfig.kl_coeff and vf_loss_coeff must be >= 0.")
+        check_non_negative("PPOConfig", kl_coeff=self.kl_coeff, vf_loss_coeff=self.vf_loss_coeff)
         freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
     def _check_recurrent(self) -> None:

@@ -20,10 +20,16 @@ from typing import Any
 
 from jaxlearner.checkpoint.leaves import digest, host_value
 from jaxlearner.checkpoint.metadata import shorten
+from jaxlearner.errors import CheckpointCorruptedError
 
-
-class CheckpointCorruptedError(ValueError):
-    """A saved array cannot be read, or its content differs from the digest saved with it."""
+__all__ = [
+    "CheckpointCorruptedError",
+    "check_extra_arrays",
+    "corrupted",
+    "first_unreadable_leaf",
+    "refuse_links",
+    "verify_digests",
+]
 
 
 def refuse_links(directory: str, step: int) -> None:

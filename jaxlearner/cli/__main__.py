@@ -1,7 +1,5 @@
 """``python -m jaxlearner.cli``: the ``jaxlearner`` command without its script."""
 
-import sys
+from jaxlearner_cli import main
 
-from jaxlearner.cli.main import main
-
-sys.exit(main())
+main()

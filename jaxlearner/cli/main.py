@@ -24,6 +24,8 @@ from jaxlearner.cli.options import (
 )
 from jaxlearner.cli.parser import NO_CACHE_VARIABLE, default_cache, parse, usage
 from jaxlearner.cli.run_folder import UsageError
+from jaxlearner.errors import CheckpointCorruptedError
+from jaxlearner_cli import exiting_on_signal, interrupted_line
 
 _COMMANDS = {
     TrainOptions: "train",
@@ -45,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       Ctrl-C (130) or SIGTERM (143) during ``train``.
 
     Raises:
-      SystemExit: with status 2 and one line on stderr for a bad option or argument.
+      SystemExit: with status 2 and one line on stderr for a bad option or argument, or a
+        checkpoint refused as damaged (a symbolic link in it included).
 
     Example:
       >>> from jaxlearner.cli import main
@@ -64,32 +67,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"jaxlearner {command}: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print(f"jaxlearner {command}: interrupted", file=sys.stderr, flush=True)
-        return 128 + signal.SIGINT
+    except CheckpointCorruptedError as error:  # a damaged or planted step: refused, as a bad input
+        message = " ".join(str(error).split())
+        print(f"jaxlearner {command}: error: {message}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt as error:  # a SIGTERM too, under the jaxlearner_cli entry point
+        number = getattr(error, "signal_number", signal.SIGINT)
+        print(interrupted_line(f"jaxlearner {command}", number), file=sys.stderr, flush=True)
+        return 128 + number
 
 
 def _run(options: Options) -> int:
     """Runs one command. Its module is imported here, when it runs, for start-up time:
-    ``train``, ``eval`` and ``record`` load orbax (a quarter of a second), ``plot`` matplotlib."""
+    ``train``, ``eval`` and ``record`` load orbax (a quarter of a second), ``plot``
+    matplotlib. A signal during that import ends the command at once
+    (:func:`jaxlearner_cli.exiting_on_signal`): nothing has started yet."""
     if isinstance(options, TrainOptions):
-        from jaxlearner.cli.train import train
-
+        with exiting_on_signal():
+            from jaxlearner.cli.train import train
         return train(options)
     if isinstance(options, EvalOptions):
-        from jaxlearner.cli.evaluate import evaluate
-
+        with exiting_on_signal():
+            from jaxlearner.cli.evaluate import evaluate
         return evaluate(options)
     if isinstance(options, RecordOptions):
-        from jaxlearner.cli.evaluate import record
-
+        with exiting_on_signal():
+            from jaxlearner.cli.evaluate import record
         return record(options)
     if isinstance(options, PresetsOptions):
-        from jaxlearner.cli.presets import list_presets
-
+        with exiting_on_signal():
+            from jaxlearner.cli.presets import list_presets
         return list_presets(options)
-    from jaxlearner.cli.plot import plot
-
+    with exiting_on_signal():
+        from jaxlearner.cli.plot import plot
     return plot(options)
 
 

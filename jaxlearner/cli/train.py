@@ -2,8 +2,10 @@
 
 Ctrl-C (SIGINT) or SIGTERM finishes the iteration in flight, saves a checkpoint,
 prints how to continue (``jaxlearner train --resume RUN``) and exits with status
-130 or 143; ``--resume`` restores the latest checkpoint and drops the metrics
-written after it.
+130 or 143. A loss or params gone NaN or infinite stops the run with one line
+naming the iteration, the module and the metric, and exit status 1; the NaN state
+is never saved, so the newest checkpoint is the last finite one. ``--resume``
+restores the latest checkpoint and drops the metrics written after it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from jaxlearner.cli.run_settings import (
     load_dataset,
     run_settings,
 )
+from jaxlearner.errors import NonFiniteError
 from jaxlearner.files import write_atomic
 from jaxlearner.training.offline.trainer import OfflineTrainer
 from jaxlearner.training.outputs.loggers import (
@@ -52,6 +55,7 @@ from jaxlearner.training.outputs.loggers import (
 )
 from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound, StopCondition
 from jaxlearner.training.trainer import Trainer
+from jaxlearner_cli import SIGNALS, Interrupted
 
 AnyTrainer: TypeAlias = Trainer | OfflineTrainer
 """The trainer ``jaxlearner train`` runs: on rollouts, or on a dataset (BC, MARWIL)."""
@@ -68,13 +72,18 @@ class _Interrupted:
         self._previous: dict[int, _Handler] = {}
 
     def __enter__(self) -> _Interrupted:
-        for number in (signal.SIGINT, signal.SIGTERM):
+        for number in SIGNALS:
             self._previous[number] = signal.signal(number, self._handle)
+        # A signal the entry point's handler saw, but that something swallowed: stop now.
+        early = [getattr(h, "received", None) for h in self._previous.values()]
+        if any(early):
+            self.__exit__()
+            raise Interrupted(next(n for n in early if n))
         return self
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
         if self.signal is not None:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without saving
+            raise Interrupted(number)  # a second Ctrl-C: stop now, without saving
         self.signal = number
         self._trainer.request_stop()
         print(
@@ -133,11 +142,30 @@ def train(options: TrainOptions) -> int:
         if options.resume is not None:
             trainer.restore(checkpoint)  # the steps it saves are the iterations
         return _run(trainer, checkpoint, settings, out, options)
+    except NonFiniteError as error:
+        print(_nonfinite_line(error, checkpoint, out), file=sys.stderr, flush=True)
+        return 1
     finally:
         checkpoint.close()
         if trainer is not None:
             trainer.close()
         lock.release()
+
+
+def _nonfinite_line(error: NonFiniteError, checkpoint: CheckpointManager, out: pathlib.Path) -> str:
+    """The one line a run gone non-finite ends with: where, what, and the checkpoint it kept.
+
+    The trainer raised before the iteration's save, so the newest checkpoint (once
+    any save in flight lands) is the last finite state.
+    """
+    checkpoint.wait_until_finished()
+    newest = checkpoint.latest_step()
+    kept = (
+        "no checkpoint was saved before it"
+        if newest is None
+        else f"the newest checkpoint, {newest} in {out / CHECKPOINTS}, is the last finite state"
+    )
+    return f"jaxlearner train: stopped: {error}; {kept}"
 
 
 def _writers(out: pathlib.Path, tensorboard: bool) -> list[Writer]:

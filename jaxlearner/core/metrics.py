@@ -69,6 +69,35 @@ def reduce_metrics(stacked: Metrics, reductions: Mapping[str, Reduction]) -> dic
     }
 
 
+def last_update_metrics(
+    stacked: Mapping[str, Mapping[str, jax.Array]],
+) -> dict[str, dict[str, jax.Array]]:
+    """The metrics of the last of ``U`` scanned updates, ``nonfinite`` excepted: its largest.
+
+    Drivers that run several updates in one ``lax.scan`` (replay and offline
+    training) report the last update's metrics; a non-finite value in any update
+    is still reported, even when a later one hides it.
+
+    Args:
+      stacked: ``{owner: {name: [U]}}``, the scanned updates' metrics.
+
+    Returns:
+      ``{owner: {name: scalar}}``.
+
+    Example:
+      >>> stacked = {"m": {"loss": jnp.array([1.0, 2.0]), "nonfinite": jnp.array([1, 0])}}
+      >>> {k: int(v) for k, v in last_update_metrics(stacked)["m"].items()}
+      {'loss': 2, 'nonfinite': 1}
+    """
+    return {
+        owner: {
+            name: jnp.max(values) if name == "nonfinite" else values[-1]
+            for name, values in by_name.items()
+        }
+        for owner, by_name in stacked.items()
+    }
+
+
 def flatten_steps(tree: Any) -> Any:
     """Merges the ``[epochs, minibatches]`` axes of scanned metrics into one ``[steps]`` axis."""
     return jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), tree)

@@ -19,6 +19,15 @@ One update, for the modules present in the batch:
    finite leaves the state as it was;
 4. reduce the metrics over all steps, advance the counters, run
    ``after="update"`` additional updates and learner-level updates.
+
+Non-finite values are reported, never hidden: each trained module's metrics
+hold ``nonfinite``, 1 when the update leaves the module's params holding a
+NaN/Inf or (without ``skip_nonfinite``, whose skipped steps are counted in
+``"__all__"/num_skipped_steps`` instead) when a step's loss was not finite, else
+0; ``"__all__"/nonfinite`` is 1 when any module's is. It costs one fused
+reduction over the losses and the new params per update. The update still
+applies what it computed (RLlib's semantics); a driver decides what to do
+(:class:`~jaxlearner.Trainer` stops with :class:`~jaxlearner.errors.NonFiniteError`).
 """
 
 from __future__ import annotations
@@ -114,6 +123,7 @@ def make_update(
         )
         stacked = flatten_steps(stacked)
         state, metrics = _finish_update(specs, state, stacked, trained, env_steps)
+        _report_nonfinite(state, stacked, metrics, trained, config.skip_nonfinite)
         state = state.replace(key=key, updates=state.updates + 1)
         metrics[ALL_MODULES]["num_updates"] = state.updates
         for learner_update in config.additional_updates:
@@ -316,6 +326,32 @@ def _apply_optimizers(
 def _all_finite(tree: PyTree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _report_nonfinite(
+    state: LearnerState,
+    stacked: Mapping[str, Mapping[str, jax.Array]],
+    metrics: dict[str, dict[str, jax.Array]],
+    trained: tuple[str, ...],
+    skip_nonfinite: bool,
+) -> None:
+    """Adds ``nonfinite`` (int32 0 or 1) to each trained module's metrics and to ``__all__``.
+
+    A module is non-finite when its params after the update hold a NaN/Inf or,
+    unless ``skip_nonfinite`` skipped such steps, when any step's loss (the
+    module's own ``total_loss``, else the joint one) was not finite.
+    """
+    flags = []
+    for m in trained:
+        finite = _all_finite(state.modules[m].params)
+        if not skip_nonfinite:
+            losses = stacked[m].get("total_loss", stacked[ALL_MODULES]["total_loss"])
+            finite = finite & jnp.all(jnp.isfinite(losses))
+        flags.append((~finite).astype(jnp.int32))
+        metrics[m]["nonfinite"] = flags[-1]
+    metrics[ALL_MODULES]["nonfinite"] = (
+        jnp.max(jnp.stack(flags)) if flags else jnp.zeros((), jnp.int32)
+    )
 
 
 def _finish_update(

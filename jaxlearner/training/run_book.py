@@ -22,13 +22,16 @@ The run loop itself stays in :mod:`~jaxlearner.training.run_loop`: it drives any
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
 from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
+from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.state import LearnerState
+from jaxlearner.errors import NonFiniteError
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.run_loop import Steppable, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
@@ -113,10 +116,16 @@ class RunBook(Generic[CountersT]):
 
     def record(self, stats: dict[str, float]) -> None:
         """Appends one iteration's stats to :attr:`history` (this same dict: the run loop
-        joins evaluations to it) and writes them at the iteration's index."""
+        joins evaluations to it), writes them at the iteration's index, then checks them.
+
+        Raises:
+          NonFiniteError: when a module's ``nonfinite`` metric is set (its loss or params
+            went NaN/Inf in this iteration's update); the stats are recorded first.
+        """
         self.history.append(stats)
         for writer in self._writers:
             writer.write(self.counters.iteration, stats)
+        check_finite(stats, self.counters.iteration)
 
     def run(
         self,
@@ -238,6 +247,35 @@ class RunBook(Generic[CountersT]):
         """Closes the writers."""
         for writer in self._writers:
             writer.close()
+
+
+def check_finite(stats: Mapping[str, float], iteration: int) -> None:
+    """Raises when an iteration's flat stats hold a module's ``nonfinite`` flag.
+
+    The flag (``"<module>/nonfinite"``, from :func:`~jaxlearner.make_update`) is one
+    device reduction over the update's losses and params; only these few host
+    floats are read here. The error names the module's first non-finite metric,
+    its ``total_loss`` first.
+
+    Args:
+      stats: one iteration's flat stats (``"default_policy/total_loss"``, ...).
+      iteration: the iteration's number, for the message.
+
+    Raises:
+      NonFiniteError: naming the iteration, the module and the metric.
+
+    Example:
+      >>> check_finite({"policy/nonfinite": 0.0, "policy/total_loss": 0.5}, 3)
+    """
+    for key, flag in stats.items():
+        module, _, name = key.rpartition("/")
+        if name != "nonfinite" or module == ALL_MODULES or not flag:
+            continue
+        owned = [k for k in stats if k.startswith(f"{module}/")]
+        ordered = sorted(owned, key=lambda k: k != f"{module}/total_loss")  # stable
+        bad = [k for k in ordered if not math.isfinite(stats[k])]
+        metric = bad[0] if bad else f"{module}/params"
+        raise NonFiniteError(iteration, module, metric, stats[metric] if bad else math.nan)
 
 
 def check_eval_episodes(eval_episodes: object) -> None:

@@ -12,7 +12,7 @@ a stop request (e.g. from a Ctrl-C handler) honoured between iterations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from jaxlearner.training.outputs.loggers import ProgressBar, Writer, describe_stop
@@ -83,6 +83,35 @@ def stop_description(conditions: Sequence[StopCondition]) -> str | None:
     return description or None
 
 
+def next_evaluation(history: Sequence[Mapping[str, float]], steps_per_eval: int) -> int:
+    """The env steps at or after which the next evaluation falls.
+
+    Evaluations fall ``steps_per_eval`` env steps after the last one the history
+    holds (a row with ``"eval/..."`` stats), or after env step 0 when it holds
+    none; so a trainer restored from a checkpoint (which keeps the history)
+    continues the evaluation schedule of the run it resumes, and its stats equal
+    those of the uninterrupted run.
+
+    Args:
+      history: the trainer's stats so far, oldest first (each with ``env_steps``).
+      steps_per_eval: env steps between evaluations.
+
+    Returns:
+      The env-step count from which the next iteration evaluates.
+
+    Example:
+      >>> next_evaluation([{"env_steps": 256.0}, {"env_steps": 512.0, "eval/return_mean": 9.0},
+      ...                  {"env_steps": 768.0}], 640)
+      1152
+      >>> next_evaluation([{"env_steps": 256.0}], 640)
+      640
+    """
+    for stats in reversed(history):
+        if any(name.startswith("eval/") for name in stats):
+            return int(stats.get("env_steps", 0)) + steps_per_eval
+    return steps_per_eval
+
+
 def run_loop(
     trainer: Steppable,
     writers: Sequence[Writer],
@@ -100,7 +129,8 @@ def run_loop(
         "iteration"}`` at the iteration's index (``step`` writes its own stats).
       stop_conditions: a condition or a list (any of them stops the run),
         called with ``trainer.history`` after each iteration.
-      steps_per_eval: env steps between evaluations (``None``: no evaluation).
+      steps_per_eval: env steps between evaluations (``None``: no evaluation),
+        counted from the last evaluation in ``trainer.history`` (:func:`next_evaluation`).
       max_iterations: a hard bound on iterations, a safety net.
       on_iteration: called with each iteration's stats, evaluation included
         (e.g. to save a checkpoint).
@@ -125,7 +155,7 @@ def run_loop(
     bar = ProgressBar(
         total=target_steps(conditions), enabled=progress, description=stop_description(conditions)
     )
-    next_eval = None if steps_per_eval is None else trainer.counters.env_steps + steps_per_eval
+    next_eval = None if steps_per_eval is None else next_evaluation(trainer.history, steps_per_eval)
     ran: list[dict[str, float]] = []
     try:
         while not trainer.stop_requested and (max_iterations is None or len(ran) < max_iterations):

@@ -325,7 +325,9 @@ class Trainer:
         Args:
           stop_conditions: a condition or a list (any of them stops the run).
           steps_per_eval: env steps between evaluations (``None``: no
-            evaluation); results join the iteration's stats as ``"eval/..."``.
+            evaluation), counted from the last evaluation in :attr:`history`, so
+            a restored trainer keeps the schedule of the run it continues; results
+            join the iteration's stats as ``"eval/..."``.
           max_iterations: a hard bound on iterations, a safety net.
           on_iteration: called with each iteration's stats (e.g. to save a
             checkpoint).

@@ -65,6 +65,7 @@ from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields
 from jaxlearner.algorithms.trajectories.normalization import normalization_for
 from jaxlearner.algorithms.trajectories.returns import n_step_rewards
 from jaxlearner.core.learner import Learner
+from jaxlearner.core.metrics import last_update_metrics
 from jaxlearner.core.state import LearnerState
 from jaxlearner.types import Batch, Metrics
 
@@ -296,7 +297,8 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
 
     Returns:
       ``replay_updates(learner_state, buffer, keys [U], env_steps) ->
-      (learner_state, buffer, metrics)`` with the metrics of the last update.
+      (learner_state, buffer, metrics)`` with the metrics of the last update (and
+      ``nonfinite`` the largest over all of them).
 
     Example:
       >>> replay_updates = jax.jit(make_replay_updates(algorithm), donate_argnums=(0, 1))
@@ -345,7 +347,7 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
         (learner_state, buffer), stacked = jax.lax.scan(
             one_update, (learner_state, buffer), (indices, keys)
         )
-        return learner_state, buffer, jax.tree.map(lambda x: x[-1], stacked)
+        return learner_state, buffer, last_update_metrics(stacked)
 
     return replay_updates
 

@@ -1,0 +1,178 @@
+"""One peer run for ``bench_mujoco.py``: SB3 PPO or sbx SAC with RL Zoo's settings on MuJoCo.
+
+Run (``bench_mujoco.py`` does, with a peer virtualenv's python, and times the whole
+process): ``python benchmarks/peer_mujoco.py {ppo,sac} ENV_ID --seed S --max-steps N
+--eval-every E --out RUN``. Needs torch (``pip install torch==2.13.0``, the CPU wheel,
+first), stable-baselines3, sbx-rl and rl_zoo3 in that virtualenv (rl_zoo3 only for its
+``hyperparams/{ppo,sac}.yml``, read here as the zoo's own train script reads them).
+
+The zoo lists the MuJoCo tasks as ``-v4``; the v5 task of the same name is trained (as
+jaxlearner's presets do). ``normalize: true`` wraps the training env in ``VecNormalize``
+with the zoo's ``gamma``; evaluation uses a copy of its observation statistics, frozen,
+and raw rewards. ``lin_X`` is ``X`` times SB3's remaining progress over the zoo's
+``n_timesteps`` (the schedule the zoo sets, even when fewer steps are run).
+
+It writes ``RUN/run.json`` and ``RUN/metrics.jsonl`` in jaxlearner's run-folder format
+(training rows with ``episode_return_mean``, evaluation rows with ``eval/return_mean``),
+so ``jaxlearner plot`` draws its curve beside jaxlearner's, and prints one JSON line with
+the final evaluation, the env steps and the training time. Torch runs on one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import time
+from typing import Any
+
+
+def zoo_hyperparams(algorithm: str, env_id: str) -> dict[str, Any]:
+    """The zoo's entry for the env (its ``-v4`` name for a ``-v5`` id)."""
+    import rl_zoo3
+    import yaml
+
+    table = yaml.safe_load(
+        (pathlib.Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algorithm}.yml").read_text()
+    )
+    name = env_id.replace("-v5", "-v4")
+    return dict(table[name])
+
+
+def translate(algorithm: str, hyperparams: dict[str, Any]) -> tuple[dict, dict]:
+    """The zoo's entry as the model's keyword arguments, and the run's settings."""
+    import torch
+
+    run = {
+        "n_envs": int(hyperparams.pop("n_envs", 1)),
+        "n_timesteps": int(float(hyperparams.pop("n_timesteps"))),
+        "normalize": hyperparams.pop("normalize", False),
+        "policy": hyperparams.pop("policy", "MlpPolicy"),
+    }
+    for key, value in list(hyperparams.items()):
+        if isinstance(value, str) and value.startswith("lin_"):
+            initial = float(value[4:])
+            hyperparams[key] = lambda remaining, initial=initial: remaining * initial
+    if "policy_kwargs" in hyperparams:
+        if algorithm == "sac":  # sbx: flax activations
+            import flax.linen as nn
+        else:
+            nn = torch.nn
+        hyperparams["policy_kwargs"] = eval(hyperparams["policy_kwargs"], {"nn": nn, "dict": dict})
+    if isinstance(run["normalize"], str):
+        run["normalize"] = eval(run["normalize"])
+    return hyperparams, run
+
+
+class Writer:
+    """``run.json`` and ``metrics.jsonl`` in jaxlearner's format."""
+
+    def __init__(self, out: pathlib.Path, algorithm: str, env_id: str, seed: int) -> None:
+        out.mkdir(parents=True, exist_ok=False)
+        peer = "sb3-ppo" if algorithm == "ppo" else "sbx-sac"
+        info = {"algorithm": peer, "env": env_id, "seed": seed, "stop_reward": None}
+        (out / "run.json").write_text(json.dumps(info) + "\n")
+        self.file = (out / "metrics.jsonl").open("a")
+        self.step = 0
+
+    def write(self, row: dict[str, float]) -> None:
+        self.step += 1
+        self.file.write(json.dumps({"step": self.step, **row}) + "\n")
+        self.file.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("algorithm", choices=["ppo", "sac"])
+    parser.add_argument("env_id")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, required=True)
+    parser.add_argument("--eval-every", type=int, required=True, help="env steps")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    if args.algorithm == "ppo":
+        from stable_baselines3 import PPO as Model
+    else:
+        from sbx import SAC as Model
+
+    hyperparams, run = translate(args.algorithm, zoo_hyperparams(args.algorithm, args.env_id))
+    writer = Writer(args.out, args.algorithm, args.env_id, args.seed)
+    start = time.perf_counter()
+    env = make_vec_env(args.env_id, n_envs=run["n_envs"], seed=args.seed)
+    eval_env = make_vec_env(args.env_id, n_envs=1, seed=args.seed + 10_000)
+    if run["normalize"]:
+        options = run["normalize"] if isinstance(run["normalize"], dict) else {}
+        env = VecNormalize(env, gamma=hyperparams.get("gamma", 0.99), **options)
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False, **options)
+    model = Model(run["policy"], env, seed=args.seed, verbose=0, **hyperparams)
+    final: dict[str, float] = {}
+
+    def evaluate() -> dict[str, float]:
+        if run["normalize"]:
+            eval_env.obs_rms = env.obs_rms.copy()
+        returns, _ = evaluate_policy(
+            model, eval_env, n_eval_episodes=args.eval_episodes, return_episode_rewards=True
+        )
+        row = {
+            "eval/return_mean": float(np.mean(returns)),
+            "eval/return_min": float(np.min(returns)),
+            "eval/return_max": float(np.max(returns)),
+            "env_steps": float(model.num_timesteps),
+        }
+        writer.write(row)
+        return row
+
+    class Log(BaseCallback):
+        """Episode returns every ``eval_every // 10`` steps, an evaluation every ``eval_every``,
+        and the stop at ``--max-steps``."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval, self.next_log = args.eval_every, args.eval_every // 10
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_log:
+                self.next_log += args.eval_every // 10
+                returns = [info["r"] for info in self.model.ep_info_buffer]
+                if returns:
+                    writer.write(
+                        {
+                            "episode_return_mean": float(np.mean(returns)),
+                            "env_steps": float(self.num_timesteps),
+                            "time_total_s": time.perf_counter() - start,
+                        }
+                    )
+            if self.num_timesteps >= self.next_eval:
+                self.next_eval += args.eval_every
+                final.update(evaluate())
+            return self.num_timesteps < args.max_steps
+
+    # lin_ schedules run over the zoo's n_timesteps, as its train script sets them; the
+    # callback stops the run at --max-steps.
+    model.learn(total_timesteps=max(run["n_timesteps"], args.max_steps), callback=Log())
+    train_time = time.perf_counter() - start
+    if final.get("env_steps") != model.num_timesteps:
+        final.update(evaluate())
+    print(
+        json.dumps(
+            {
+                "final_return": final["eval/return_mean"],
+                "env_steps": model.num_timesteps,
+                "train_time_s": train_time,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

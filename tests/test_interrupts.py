@@ -1,0 +1,127 @@
+"""Ctrl-C or SIGTERM at any moment, from start-up to exit, imports included.
+
+The command (``python -m jaxlearner_cli``, what the ``jaxlearner`` script runs)
+must end with status 130 or 143, one line on stderr naming the signal, and no
+traceback; it must never train on as if nothing happened. The signal goes out at
+random moments, most of them in the first second and a half (the imports, a short
+window, so it is hit many times), the rest later (building, compiling, training,
+saving, exiting). A moment before the interpreter reaches the entry point's first
+line (its own start-up, some 50 ms) is Python's and is not tried.
+"""
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+TRAIN = [
+    "train",
+    "ppo",
+    "--max-steps",
+    "1024",
+    "--eval-every",
+    "512",
+    "--num-envs",
+    "4",
+    "--no-progress",
+    "--config",
+    "train_batch_size=256",
+    "minibatch_size=128",
+    "num_epochs=1",
+    "hidden_sizes=[8]",
+]
+
+
+def interrupt(argv, delay, number):
+    """Starts the command, sends ``number`` after ``delay`` seconds; ``None`` when the command
+    had finished by then, else ``(status, stdout, stderr)``."""
+    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "jaxlearner_cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    time.sleep(delay)
+    if child.poll() is not None:
+        child.communicate()
+        return None
+    child.send_signal(number)
+    stdout, stderr = child.communicate(timeout=120)
+    return child.returncode, stdout, stderr
+
+
+def check(result, number, moment):
+    status, stdout, stderr = result
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    name = signal.Signals(number).name
+    assert status == 128 + number, (moment, status, stderr[-3000:])
+    assert "Traceback" not in stderr, (moment, stderr[-3000:])
+    assert len(lines) == 1 and name in lines[0], (moment, stderr[-3000:])
+
+
+def moments(seed, early, late, end):
+    """``early`` random moments in the imports' window and ``late`` ones up to ``end`` s."""
+    rng = random.Random(seed)
+    return sorted(
+        [rng.uniform(0.1, 1.5) for _ in range(early)] + [rng.uniform(1.5, end) for _ in range(late)]
+    )
+
+
+def test_a_signal_during_start_up_or_help_is_one_line():
+    # `--help` imports what every command imports, prints and exits: start-up to exit in a second.
+    for index, delay in enumerate(moments(seed=1, early=6, late=0, end=1.5)):
+        number = (signal.SIGINT, signal.SIGTERM)[index % 2]
+        result = interrupt(["train", "--help"], delay, number)
+        if result is not None:
+            check(result, number, delay)
+
+
+@pytest.mark.slow
+def test_a_signal_at_any_moment_of_a_training_run_is_one_line(tmp_path):
+    finished = 0
+    for index, delay in enumerate(moments(seed=2, early=10, late=5, end=9.0)):
+        number = (signal.SIGINT, signal.SIGTERM)[index % 2]
+        out = tmp_path / f"run{index}"
+        result = interrupt([*TRAIN, "--out", str(out)], delay, number)
+        if result is None:
+            finished += 1
+            continue
+        check(result, number, delay)
+        if "Stopped by" in result[1]:  # interrupted while training: a checkpoint to resume
+            assert (out / "checkpoints").is_dir()
+    assert finished <= 2  # most moments land while the command runs
+
+
+def test_the_entry_point_imports_nothing_heavy():
+    # Its handlers are set before anything slow loads: the module itself needs only the stdlib.
+    code = (
+        "import sys, jaxlearner_cli; print(sorted({'jax', 'jaxlearner', 'numpy'} & {*sys.modules}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_signal_swallowed_before_training_still_stops_train():
+    from jaxlearner.cli.train import _Interrupted
+    from jaxlearner_cli import SIGNALS, Interrupted, SignalCatcher
+
+    catcher = SignalCatcher()
+    previous = {number: signal.signal(number, catcher) for number in SIGNALS}
+    try:
+        # Dropped, as a library's `except BaseException` might.
+        with catcher.raising(), contextlib.suppress(Interrupted):
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(Interrupted) as raised, _Interrupted(trainer=None):
+            pass
+        assert raised.value.signal_number == signal.SIGTERM
+        assert signal.getsignal(signal.SIGINT) is catcher  # train's handlers are gone again
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
