@@ -1,5 +1,6 @@
 """OfflineTrainer and the command line's record and --dataset: checks, checkpoints, learning."""
 
+import dataclasses
 import json
 import time
 
@@ -184,7 +185,10 @@ def test_train_bc_on_a_recorded_dataset_then_eval(recorded, capsys):
     assert "dataset rows in" in printed
     info = json.loads((out / "run.json").read_text())
     assert info["dataset"] == str(data) and info["env"] == "CartPole-v1"
-    assert info["config"] == {"train_batch_size": 64, "hidden_sizes": [16]}
+    # run.json records the resolved config: the overrides over the preset row and defaults.
+    assert info["config"]["train_batch_size"] == 64 and info["config"]["hidden_sizes"] == [16]
+    fields = {f.name for f in dataclasses.fields(jl.algorithms.BCConfig)}
+    assert set(info["config"]) == fields
     assert main(["eval", str(out), "--episodes", "2"]) == 0
     assert "bc on CartPole-v1, checkpoint step" in capsys.readouterr().out
     # --resume reads the dataset from run.json; this run met its stop conditions.
