@@ -9,6 +9,11 @@ recorded to, the stop request (a flag a signal handler may set), ``run`` (the
 shared :func:`~jaxlearner.training.run_loop.run_loop`: stop conditions and the
 evaluation cadence), ``save`` and ``restore`` of that bookkeeping beside the
 learner state and each trainer's own extra state, and ``close`` of the writers.
+The trainers' members that only pass through to the book are written here once:
+:func:`book_attribute` (``counters``, ``history``), :func:`trainer_request_stop`,
+:data:`trainer_stop_requested`, :func:`trainer_run`, :data:`trainer_state` (and, for the
+trainers of one algorithm, :data:`trainer_algorithm` and :data:`trainer_learner`); every
+``step`` starts its stats with :func:`iteration_stats`.
 
 A checkpoint step's ``extra`` JSON holds the counters under the book's
 ``counters_key`` (``"trainer"``, or ``"multi_agent_trainer"``), then
@@ -23,15 +28,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
+import jax
+
+from jaxlearner.algorithms.algorithm import ActFn
 from jaxlearner.checkpoint import metadata as checkpoint_metadata
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.metrics import ALL_MODULES
-from jaxlearner.core.state import LearnerState
+from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.errors import NonFiniteError
+from jaxlearner.training.env_runner import EnvRunner, evaluate
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.run_loop import Steppable, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
@@ -243,10 +253,146 @@ class RunBook(Generic[CountersT]):
         self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
         return RestoredRun(state, extra, dict(arrays))
 
+    def evaluate(
+        self,
+        runner: EnvRunner,
+        policy: ActFn,
+        module: ModuleState,
+        key: jax.Array,
+        seed: int,
+        start: float,
+    ) -> dict[str, float]:
+        """One evaluation: :func:`~jaxlearner.training.env_runner.evaluate` of ``policy`` in
+        ``runner``, its envs reset with ``seed + 10_000 + iteration`` (fresh episodes each
+        time, never the training envs' seeds); the seconds since ``start`` are counted in
+        ``counters.time_total_s``.
+
+        Returns:
+          ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
+        """
+        seed = seed + 10_000 + self.counters.iteration
+        results = evaluate(runner, policy, module, key, seed=seed)
+        self.counters.time_total_s += time.perf_counter() - start
+        return results
+
     def close(self) -> None:
         """Closes the writers."""
         for writer in self._writers:
             writer.close()
+
+
+def book_attribute(name: str, doc: str) -> property:
+    """A trainer attribute kept by its :class:`RunBook` (``trainer._book``): read and
+    assigned through the book, documented with ``doc``. The one line a trainer writes for
+    its ``counters`` and ``history``.
+
+    Example:
+      >>> class MyTrainer:                                          # doctest: +SKIP
+      ...     counters = book_attribute("counters", "The run's progress.")
+    """
+    return property(
+        lambda trainer: getattr(trainer._book, name),
+        lambda trainer, value: setattr(trainer._book, name, value),
+        doc=doc,
+    )
+
+
+def trainer_request_stop(trainer: Any) -> None:
+    """Asks :meth:`run` to return once the iteration in flight is done.
+
+    Only sets a flag, so a signal handler may call it: the command line's
+    Ctrl-C handler does, then saves a checkpoint to resume from.
+
+    Example:
+      >>> signal.signal(signal.SIGINT, lambda *_: trainer.request_stop())  # doctest: +SKIP
+    """
+    trainer._book.request_stop()
+
+
+trainer_stop_requested = property(
+    lambda trainer: trainer._book.stop_requested,
+    doc="Whether :meth:`request_stop` was called since :meth:`run` last started.",
+)
+"""A trainer's ``stop_requested``, read from its book."""
+
+
+def trainer_run(
+    trainer: Any,
+    stop_conditions: StopCondition | Sequence[StopCondition] = (),
+    steps_per_eval: int | None = None,
+    max_iterations: int | None = None,
+    on_iteration: Callable[[dict[str, float]], None] | None = None,
+) -> list[dict[str, float]]:
+    """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
+
+    The ``run`` of every trainer (its book's :meth:`RunBook.run` over the trainer's own
+    ``step`` and ``eval``); the offline trainer counts dataset rows as env steps.
+
+    Args:
+      stop_conditions: a condition or a list (any of them stops the run).
+      steps_per_eval: env steps between evaluations (``None``: no
+        evaluation), counted from the last evaluation in :attr:`history`, so
+        a restored trainer keeps the schedule of the run it continues; results
+        join the iteration's stats as ``"eval/..."``.
+      max_iterations: a hard bound on iterations, a safety net.
+      on_iteration: called with each iteration's stats (e.g. to save a
+        checkpoint).
+
+    Returns:
+      The stats of the iterations this call ran; fewer than the stop
+      conditions ask for when :meth:`request_stop` was called (the
+      iteration in flight then completes, evaluation and ``on_iteration``
+      included, and :attr:`stop_requested` stays true).
+
+    Raises:
+      ValueError: when there is neither a stop condition nor ``max_iterations``.
+
+    Example:
+      >>> trainer.run([jl.RewardBound(475.0)], steps_per_eval=20_000)  # doctest: +SKIP
+    """
+    return trainer._book.run(trainer, stop_conditions, steps_per_eval, max_iterations, on_iteration)
+
+
+trainer_algorithm = property(
+    lambda trainer: trainer._algorithm,
+    doc="The algorithm being trained (its learner, act functions and config).",
+)
+"""A trainer's ``algorithm`` (``trainer._algorithm``)."""
+
+trainer_learner = property(
+    lambda trainer: trainer._algorithm.learner,
+    doc="The learner being trained: the algorithm's.",
+)
+"""A trainer's ``learner``, its algorithm's."""
+
+trainer_state = property(
+    lambda trainer: trainer._state,
+    doc="The current learner state (replicated over the learner's mesh, if it has one).",
+)
+"""A trainer's ``state``: the learner state it holds (``trainer._state``)."""
+
+
+def iteration_stats(
+    counters: Counters, env_steps: int, elapsed: float, counts: Mapping[str, float]
+) -> dict[str, float]:
+    """The stats every trainer's ``step`` starts with, in this order: ``iteration``,
+    ``env_steps`` (lifetime), the trainer's own ``counts`` (episodes, agent steps, ...),
+    ``env_steps_per_s`` (this iteration's ``env_steps`` over ``elapsed``),
+    ``time_this_iter_s`` and ``time_total_s``.
+
+    Example:
+      >>> from jaxlearner.training.trainer import TrainerCounters
+      >>> iteration_stats(TrainerCounters(iteration=1, env_steps=8), 8, 2.0, {})["env_steps_per_s"]
+      4.0
+    """
+    return {
+        "iteration": float(counters.iteration),
+        "env_steps": float(counters.env_steps),
+        **counts,
+        "env_steps_per_s": env_steps / max(elapsed, 1e-9),
+        "time_this_iter_s": elapsed,
+        "time_total_s": counters.time_total_s,
+    }
 
 
 def check_finite(stats: Mapping[str, float], iteration: int) -> None:

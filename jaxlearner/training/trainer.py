@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, final
 
 import jax
@@ -39,11 +39,10 @@ from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
-from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout, evaluate
+from jaxlearner.training import run_book
+from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_book import RunBook, check_eval_episodes
-from jaxlearner.training.stop_conditions import StopCondition
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
@@ -139,7 +138,7 @@ class Trainer:
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         self._algorithm = algorithm
-        check_eval_episodes(eval_episodes)
+        run_book.check_eval_episodes(eval_episodes)
         self._env, self._env_config = env, dict(env_config or {})
         self._vectorization = vectorization
         runner = self._runner = EnvRunner(
@@ -159,22 +158,14 @@ class Trainer:
         self._state = (
             self.learner.init(init_key) if state is None else self.learner.placement.put(state)
         )
-        self._book = RunBook(TrainerCounters(), owner="Trainer", writers=writers, progress=progress)
+        self._book = run_book.RunBook(
+            TrainerCounters(), owner="Trainer", writers=writers, progress=progress
+        )
 
-    @property
-    def algorithm(self) -> Algorithm:
-        """The algorithm being trained."""
-        return self._algorithm
+    algorithm = run_book.trainer_algorithm
+    learner = run_book.trainer_learner
 
-    @property
-    def learner(self) -> Learner:
-        """The learner being trained."""
-        return self._algorithm.learner
-
-    @property
-    def state(self) -> LearnerState:
-        """The current learner state (replicated over the learner's mesh, if it has one)."""
-        return self._state
+    state = run_book.trainer_state
 
     @property
     def buffer(self) -> replay_buffer.ReplayBuffer | None:
@@ -186,41 +177,20 @@ class Trainer:
         """The training env runner."""
         return self._runner
 
-    @property
-    def counters(self) -> TrainerCounters:
+    counters = run_book.book_attribute(
+        "counters",
         """The run's progress: iterations, env steps, episodes, seconds and the returns and
-        lengths of the last 100 episodes; checkpoints keep it."""
-        return self._book.counters
+        lengths of the last 100 episodes; checkpoints keep it.""",
+    )
 
-    @counters.setter
-    def counters(self, counters: TrainerCounters) -> None:
-        self._book.counters = counters
-
-    @property
-    def history(self) -> list[dict[str, float]]:
+    history = run_book.book_attribute(
+        "history",
         """The dicts :meth:`step` returned, with :meth:`run`'s evaluations joined as
-        ``"eval/..."``; stop conditions such as ``Plateau`` read it, checkpoints keep it."""
-        return self._book.history
+        ``"eval/..."``; stop conditions such as ``Plateau`` read it, checkpoints keep it.""",
+    )
 
-    @history.setter
-    def history(self, history: list[dict[str, float]]) -> None:
-        self._book.history = history
-
-    def request_stop(self) -> None:
-        """Asks :meth:`run` to return once the iteration in flight is done.
-
-        Only sets a flag, so a signal handler may call it: the command line's
-        Ctrl-C handler does, then saves a checkpoint to resume from.
-
-        Example:
-          >>> signal.signal(signal.SIGINT, lambda *_: trainer.request_stop())  # doctest: +SKIP
-        """
-        self._book.request_stop()
-
-    @property
-    def stop_requested(self) -> bool:
-        """Whether :meth:`request_stop` was called since :meth:`run` last started."""
-        return self._book.stop_requested
+    request_stop = run_book.trainer_request_stop
+    stop_requested = run_book.trainer_stop_requested
 
     def _module_state(self) -> ModuleState:
         state = self.learner.placement.get(self._state)
@@ -262,14 +232,12 @@ class Trainer:
         elapsed = time.perf_counter() - start
         counters = self.counters
         counters.count(rollout, elapsed)
-        stats = {
-            "iteration": float(counters.iteration),
-            "env_steps": float(counters.env_steps),
+        episodes = {
             "episodes": float(counters.episodes),
             "num_episodes": float(len(rollout.episode_returns)),
-            "env_steps_per_s": rollout.env_steps / max(elapsed, 1e-9),
-            "time_this_iter_s": elapsed,
-            "time_total_s": counters.time_total_s,
+        }
+        stats = {
+            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, episodes),
             **_episode_stats(counters),
             **learner_metrics,
         }
@@ -303,45 +271,11 @@ class Trainer:
             )
         policy = self._algorithm.exploit if deterministic else self._algorithm.explore
         self._key, eval_key = jax.random.split(self._key)
-        results = evaluate(
-            self._eval_runners[cache_key],
-            policy,
-            self._module_state(),
-            eval_key,
-            seed=self._seed + 10_000 + self.counters.iteration,
-        )
-        self.counters.time_total_s += time.perf_counter() - start
-        return results
+        runner = self._eval_runners[cache_key]
+        module = self._module_state()
+        return self._book.evaluate(runner, policy, module, eval_key, self._seed, start)
 
-    def run(
-        self,
-        stop_conditions: StopCondition | Sequence[StopCondition] = (),
-        steps_per_eval: int | None = None,
-        max_iterations: int | None = None,
-        on_iteration: Callable[[dict[str, float]], None] | None = None,
-    ) -> list[dict[str, float]]:
-        """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
-
-        Args:
-          stop_conditions: a condition or a list (any of them stops the run).
-          steps_per_eval: env steps between evaluations (``None``: no
-            evaluation), counted from the last evaluation in :attr:`history`, so
-            a restored trainer keeps the schedule of the run it continues; results
-            join the iteration's stats as ``"eval/..."``.
-          max_iterations: a hard bound on iterations, a safety net.
-          on_iteration: called with each iteration's stats (e.g. to save a
-            checkpoint).
-
-        Returns:
-          The stats of the iterations this call ran; fewer than the stop
-          conditions ask for when :meth:`request_stop` was called (the
-          iteration in flight then completes, evaluation and ``on_iteration``
-          included, and :attr:`stop_requested` stays true).
-
-        Raises:
-          ValueError: when there is neither a stop condition nor ``max_iterations``.
-        """
-        return self._book.run(self, stop_conditions, steps_per_eval, max_iterations, on_iteration)
+    run = run_book.trainer_run
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves everything needed to continue exactly: learner state, counters, env

@@ -54,6 +54,7 @@ from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
+from jaxlearner.training import run_book
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 from jaxlearner.training.multi_agent.policy_mapping import (
     PolicyMapping,
@@ -64,8 +65,6 @@ from jaxlearner.training.multi_agent.policy_mapping import (
 from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner, MultiAgentPolicy
 from jaxlearner.training.multi_agent.stats import MultiAgentCounters, episode_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_book import RunBook, check_eval_episodes
-from jaxlearner.training.stop_conditions import StopCondition
 
 __all__ = [
     "MultiAgentCounters",
@@ -130,7 +129,7 @@ class MultiAgentTrainer:
                 f"{type(learner).__name__}."
             )
         policies = policies_of(learner)
-        check_eval_episodes(eval_episodes)
+        run_book.check_eval_episodes(eval_episodes)
         probe = make_parallel_envs(env, 1, env_config)[0]
         try:
             groups = agent_groups(probe.possible_agents, policy_mapping_fn, learner.module_ids)
@@ -169,7 +168,7 @@ class MultiAgentTrainer:
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
         self._state = learner.init(init_key) if state is None else learner.placement.put(state)
-        self._book = RunBook(
+        self._book = run_book.RunBook(
             MultiAgentCounters(),
             owner="MultiAgentTrainer",
             counters_key="multi_agent_trainer",
@@ -182,10 +181,7 @@ class MultiAgentTrainer:
         """The learner being trained (training ``policies_to_train``)."""
         return self._learner
 
-    @property
-    def state(self) -> LearnerState:
-        """The current learner state."""
-        return self._state
+    state = run_book.trainer_state
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -207,35 +203,20 @@ class MultiAgentTrainer:
         """The runner stepping the ``num_envs`` training env copies."""
         return self._runner
 
-    @property
-    def counters(self) -> MultiAgentCounters:
+    counters = run_book.book_attribute(
+        "counters",
         """The run's progress, with ``agent_steps`` per policy and each recent episode's
-        returns per agent (:class:`MultiAgentCounters`)."""
-        return self._book.counters
+        returns per agent (:class:`MultiAgentCounters`).""",
+    )
 
-    @counters.setter
-    def counters(self, counters: MultiAgentCounters) -> None:
-        self._book.counters = counters
-
-    @property
-    def history(self) -> list[dict[str, float]]:
+    history = run_book.book_attribute(
+        "history",
         """Each iteration's stats, per policy and per agent, with the evaluations of
-        :meth:`run` joined; saved with checkpoints."""
-        return self._book.history
+        :meth:`run` joined; saved with checkpoints.""",
+    )
 
-    @history.setter
-    def history(self, history: list[dict[str, float]]) -> None:
-        self._book.history = history
-
-    def request_stop(self) -> None:
-        """Asks :meth:`run` to return once the iteration in flight is done (sets a flag only,
-        so a signal handler may call it)."""
-        self._book.request_stop()
-
-    @property
-    def stop_requested(self) -> bool:
-        """Whether :meth:`request_stop` was called since :meth:`run` last started."""
-        return self._book.stop_requested
+    request_stop = run_book.trainer_request_stop
+    stop_requested = run_book.trainer_stop_requested
 
     def _modules(self) -> dict[str, Any]:
         modules = self._learner.placement.get(self._state).modules
@@ -273,15 +254,13 @@ class MultiAgentTrainer:
         elapsed = time.perf_counter() - start
         counters = self.counters
         counters.count(rollout, elapsed)
-        stats = {
-            "iteration": float(counters.iteration),
-            "env_steps": float(counters.env_steps),
+        counts = {
             "agent_steps": float(sum(counters.agent_steps.values())),
             "episodes": float(counters.episodes),
             "num_episodes": float(len(rollout.episode_returns)),
-            "env_steps_per_s": rollout.env_steps / max(elapsed, 1e-9),
-            "time_this_iter_s": elapsed,
-            "time_total_s": counters.time_total_s,
+        }
+        stats = {
+            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, counts),
             **episode_stats(counters, self._groups),
             **learner_metrics,
         }
@@ -332,26 +311,7 @@ class MultiAgentTrainer:
         self.counters.time_total_s += time.perf_counter() - start
         return stats
 
-    def run(
-        self,
-        stop_conditions: StopCondition | Sequence[StopCondition] = (),
-        steps_per_eval: int | None = None,
-        max_iterations: int | None = None,
-        on_iteration: Callable[[dict[str, float]], None] | None = None,
-    ) -> list[dict[str, float]]:
-        """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
-
-        As :meth:`jaxlearner.Trainer.run` (:func:`~jaxlearner.training.run_loop.run_loop`):
-        evaluation results join the iteration's stats as ``"eval/..."``, and
-        :meth:`request_stop` ends the run after the iteration in flight.
-
-        Raises:
-          ValueError: when there is neither a stop condition nor ``max_iterations``.
-
-        Example:
-          >>> trainer.run([jl.RewardBound(-8.0)], steps_per_eval=2_000)  # doctest: +SKIP
-        """
-        return self._book.run(self, stop_conditions, steps_per_eval, max_iterations, on_iteration)
+    run = run_book.trainer_run
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves the learner state (every policy's module), counters, history, key and envs.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 import jax
@@ -40,11 +40,10 @@ from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState
-from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
+from jaxlearner.training import run_book
+from jaxlearner.training.env_runner import EnvLike, EnvRunner
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.run_book import RunBook, check_eval_episodes
-from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.trainer import TrainerCounters
 
 
@@ -106,7 +105,7 @@ class OfflineTrainer:
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
         self._algorithm = algorithm
-        check_eval_episodes(eval_episodes)
+        run_book.check_eval_episodes(eval_episodes)
         self._dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
         recipe = self.learner.recipe or {}
         check_dataset_spaces(
@@ -142,63 +141,39 @@ class OfflineTrainer:
         self._updates = jax.jit(
             make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
         )
-        self._book = RunBook(
+        self._book = run_book.RunBook(
             TrainerCounters(), owner="OfflineTrainer", writers=writers, progress=progress
         )
 
-    @property
-    def algorithm(self) -> OfflineAlgorithm:
-        """The offline algorithm being trained (bc, marwil)."""
-        return self._algorithm
-
-    @property
-    def learner(self) -> Learner:
-        """The offline algorithm's learner."""
-        return self._algorithm.learner
+    algorithm = run_book.trainer_algorithm
+    learner = run_book.trainer_learner
 
     @property
     def dataset(self) -> Dataset:
         """The dataset trained on."""
         return self._dataset
 
-    @property
-    def state(self) -> LearnerState:
-        """The current learner state."""
-        return self._state
+    state = run_book.trainer_state
 
     @property
     def rows_per_iteration(self) -> int:
         """Rows trained on per :meth:`step`: updates times ``train_batch_size``."""
         return self._updates_count * self._algorithm.train_batch_size
 
-    @property
-    def counters(self) -> TrainerCounters:
+    counters = run_book.book_attribute(
+        "counters",
         """The run's progress: iterations, seconds and the dataset rows trained on, counted as
-        ``env_steps``; no episodes are played, so the episode counters stay empty."""
-        return self._book.counters
+        ``env_steps``; no episodes are played, so the episode counters stay empty.""",
+    )
 
-    @counters.setter
-    def counters(self, counters: TrainerCounters) -> None:
-        self._book.counters = counters
-
-    @property
-    def history(self) -> list[dict[str, float]]:
+    history = run_book.book_attribute(
+        "history",
         """Each iteration's stats with the evaluations of :meth:`run` joined (as
-        ``"eval/..."``); saved with checkpoints."""
-        return self._book.history
+        ``"eval/..."``); saved with checkpoints.""",
+    )
 
-    @history.setter
-    def history(self, history: list[dict[str, float]]) -> None:
-        self._book.history = history
-
-    def request_stop(self) -> None:
-        """Asks :meth:`run` to return once the iteration in flight is done (signal-safe)."""
-        self._book.request_stop()
-
-    @property
-    def stop_requested(self) -> bool:
-        """Whether :meth:`request_stop` was called since :meth:`run` last started."""
-        return self._book.stop_requested
+    request_stop = run_book.trainer_request_stop
+    stop_requested = run_book.trainer_stop_requested
 
     def step(self) -> dict[str, float]:
         """One iteration: :attr:`rows_per_iteration` rows in gradient updates of one batch each.
@@ -218,11 +193,7 @@ class OfflineTrainer:
         counters.env_steps += self.rows_per_iteration
         counters.time_total_s += elapsed
         stats = {
-            "iteration": float(counters.iteration),
-            "env_steps": float(counters.env_steps),
-            "env_steps_per_s": self.rows_per_iteration / max(elapsed, 1e-9),
-            "time_this_iter_s": elapsed,
-            "time_total_s": counters.time_total_s,
+            **run_book.iteration_stats(counters, self.rows_per_iteration, elapsed, {}),
             **learner_metrics,
         }
         self._book.record(stats)
@@ -238,31 +209,9 @@ class OfflineTrainer:
         policy = self._algorithm.exploit if deterministic else self._algorithm.explore
         self._key, eval_key = jax.random.split(self._key)
         module = self.learner.placement.get(self._state).modules[self._algorithm.module_id]
-        results = evaluate(
-            self._eval_runner,
-            policy,
-            module,
-            eval_key,
-            seed=self._seed + 10_000 + self.counters.iteration,
-        )
-        self.counters.time_total_s += time.perf_counter() - start
-        return results
+        return self._book.evaluate(self._eval_runner, policy, module, eval_key, self._seed, start)
 
-    def run(
-        self,
-        stop_conditions: StopCondition | Sequence[StopCondition] = (),
-        steps_per_eval: int | None = None,
-        max_iterations: int | None = None,
-        on_iteration: Callable[[dict[str, float]], None] | None = None,
-    ) -> list[dict[str, float]]:
-        """Steps until a stop condition holds; evaluates every ``steps_per_eval`` rows.
-
-        As :meth:`jaxlearner.Trainer.run`, with ``env_steps`` counting rows trained on.
-
-        Raises:
-          ValueError: when there is neither a stop condition nor ``max_iterations``.
-        """
-        return self._book.run(self, stop_conditions, steps_per_eval, max_iterations, on_iteration)
+    run = run_book.trainer_run
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves the learner state, counters, history, key and seed; returns the step (the
