@@ -152,11 +152,16 @@ def main() -> NoReturn:
 
 
 def _command(run: Callable[[], int]) -> int:
-    """Runs the command; its exit status, ``sys.exit``'s included."""
+    """Runs the command; its exit status, ``sys.exit``'s included. A reader that closed
+    the output early (``jaxlearner presets | head``) ends the command quietly, status 0."""
     try:
         return run()
     except SystemExit as error:
         return _exit_status(error.code)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):  # nothing more can be written to a closed pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _report(number: int) -> None:

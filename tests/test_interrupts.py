@@ -125,3 +125,12 @@ def test_a_signal_swallowed_before_training_still_stops_train():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly():
+    # `true` exits at once, long before the command writes: every write meets a closed pipe.
+    command = f"{sys.executable} -m jaxlearner_cli presets ppo | true"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stderr) == (0, "")
