@@ -122,9 +122,10 @@ def main() -> None:
         )
         entry["plot"] = str(png.relative_to(HERE.parent))
         report["workloads"][workload] = entry
+        report["load_after"] = os.getloadavg()
+        write_results("bench_mujoco", report)  # after each workload: a cut sitting keeps its rows
         print(workload, json.dumps({k: v for k, v in entry.items() if k != "jaxlearner"}))
-    report["load_after"] = os.getloadavg()
-    print(write_results("bench_mujoco", report))
+    print(HERE / "results" / "bench_mujoco.json")
 
 
 if __name__ == "__main__":
