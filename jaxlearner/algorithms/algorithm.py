@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias, final
+from typing import Any, TypeAlias, TypeVar, final
 
 import jax
 
@@ -73,6 +73,17 @@ RowsFn: TypeAlias = Callable[[Mapping[str, jax.Array]], Batch]
 TDErrorsFn: TypeAlias = Callable[[ModuleState, Batch, jax.Array], jax.Array]
 """``td_errors(module_state, batch [B, ...], key) -> [B]``: each row's TD error as the loss
 computes it (``key`` for losses that sample, e.g. SAC's next actions)."""
+
+
+AlgorithmT = TypeVar("AlgorithmT")
+
+
+def _with_learner(self: AlgorithmT, learner: Learner) -> AlgorithmT:
+    """The same algorithm around another learner of the same model (restored, re-placed).
+
+    Each algorithm kind's ``with_learner`` method.
+    """
+    return dataclasses.replace(self, learner=learner)  # type: ignore[type-var]
 
 
 @final
@@ -180,9 +191,7 @@ class OnPolicyAlgorithm:
         if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
             raise ValueError(f"policy_lag must be an int >= 0; got {self.policy_lag!r}.")
 
-    def with_learner(self, learner: Learner) -> OnPolicyAlgorithm:
-        """The same algorithm around another learner of the same model (restored, re-placed)."""
-        return dataclasses.replace(self, learner=learner)
+    with_learner = _with_learner
 
 
 @final
@@ -241,9 +250,7 @@ class OffPolicyAlgorithm:
                 f"{self.learning_starts}."
             )
 
-    def with_learner(self, learner: Learner) -> OffPolicyAlgorithm:
-        """The same algorithm around another learner of the same model (restored, re-placed)."""
-        return dataclasses.replace(self, learner=learner)
+    with_learner = _with_learner
 
 
 @final
@@ -289,9 +296,7 @@ class OfflineAlgorithm:
                     f"{value!r}."
                 )
 
-    def with_learner(self, learner: Learner) -> OfflineAlgorithm:
-        """The same algorithm around another learner of the same model (restored, re-placed)."""
-        return dataclasses.replace(self, learner=learner)
+    with_learner = _with_learner
 
 
 Algorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm
