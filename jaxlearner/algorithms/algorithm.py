@@ -39,6 +39,9 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Experience
 
+MODULE_ID = "default_policy"
+"""The one module of a built-in algorithm's learner (RLlib's ``DEFAULT_MODULE_ID``)."""
+
 ActFn: TypeAlias = Callable[
     [ModuleState, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]
 ]
@@ -297,6 +300,38 @@ class OfflineAlgorithm:
                 )
 
     with_learner = _with_learner
+
+
+def algorithm_fields(
+    name: str,
+    learner: Learner,
+    config: Any,
+    acts: tuple[Any, Any],
+    module_id: str = MODULE_ID,
+) -> dict[str, Any]:
+    """The fields every algorithm kind starts with, as keyword arguments.
+
+    Args:
+      name: the algorithm's name, as in its learner's recipe.
+      learner: the learner.
+      config: the algorithm's typed config.
+      acts: ``(explore, exploit)``, e.g. from
+        :func:`~jaxlearner.algorithms.networks.acting.explore_and_exploit`.
+      module_id: the learner's module.
+
+    Example:
+      >>> OfflineAlgorithm(**algorithm_fields("bc", learner, config, acts), rows=rows,
+      ...                  train_batch_size=256)                       # doctest: +SKIP
+    """
+    explore, exploit = acts
+    return {
+        "name": name,
+        "module_id": module_id,
+        "learner": learner,
+        "config": config,
+        "explore": explore,
+        "exploit": exploit,
+    }
 
 
 Algorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm

@@ -77,10 +77,20 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
+from jaxlearner.algorithms.algorithm import (
+    MODULE_ID,
+    Experience,
+    OnPolicyAlgorithm,
+    PostprocessFn,
+    algorithm_fields,
+)
+from jaxlearner.algorithms.builtin import (
+    BuiltinAlgorithm,
+    learner_doc,
+    register_builtin,
+    single_module_learner,
+)
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
@@ -88,9 +98,10 @@ from jaxlearner.algorithms.config import (
     check_positive,
     check_positive_int,
     check_schedule,
+    config_adam,
     freeze_schedules,
 )
-from jaxlearner.algorithms.networks.acting import policy_actions
+from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
@@ -106,12 +117,10 @@ from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
 
-MODULE_ID = "default_policy"
 OLD_PARAMS = "old_params"
 """The ``extra`` entry holding the old policy's params (RLlib's target network)."""
 
@@ -294,25 +303,23 @@ def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):
 
 
 def make_learner(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: APPOConfig,
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: APPOConfig
 ) -> Learner:
-    """APPO's learner: one actor-critic module trained on whole sequences.
-
-    Use :func:`appo` (or ``RECIPE.learner``), which also makes the typed config.
-    """
+    """APPO's learner: one actor-critic module trained on whole sequences."""
     model = actor_critic(observation_space, action_space, **actor_critic_options(config))
     distribution = distribution_for(action_space)
     length = config.rollout_fragment_length
     observers = normalization_for(config, config.gamma).observers(observation_space)
-    return Learner(
-        {MODULE_ID: _module_spec(model, distribution, config, observers)},
+    return single_module_learner(
+        "appo",
+        observation_space,
+        action_space,
+        config,
+        _module_spec(model, distribution, config, observers),
+        _batch_layout(observation_space, distribution, length),
         minibatch_size=None if config.minibatch_size is None else config.minibatch_size // length,
         num_epochs=config.num_epochs,
         shuffle=config.shuffle,
-        batch_layout={MODULE_ID: _batch_layout(observation_space, distribution, length)},
-        recipe=recipe_json("appo", observation_space, action_space, config),
     )
 
 
@@ -320,16 +327,10 @@ def _module_spec(
     model: Model, distribution: DistributionSpec, config: APPOConfig, observers: tuple
 ) -> ModuleSpec:
     """The module: APPO's loss, Adam, the coefficients, the old policy and the KL coefficient."""
-    optimizer = Optimizer(
-        optax.adam,
-        learning_rate=config.lr,
-        grad_clip=config.grad_clip,
-        grad_clip_by=config.grad_clip_by,
-    )
     return ModuleSpec(
         model,
         appo_loss(distribution, config.use_kl_loss),
-        optimizer,
+        config_adam(config),
         hyperparams={
             "gamma": config.gamma,
             "lambda_": config.lambda_,
@@ -352,21 +353,13 @@ def _module_spec(
 def make_algorithm(
     learner: Learner, action_space: gymnasium.Space, config: APPOConfig
 ) -> OnPolicyAlgorithm:
-    """APPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
-
-    They apply the learner's own model (``learner.specs["default_policy"].model``);
-    nothing is built but these functions.
-    """
+    """APPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess,
+    which apply the learner's own model; nothing is built but these functions."""
     model = learner.specs[MODULE_ID].model
     norm = normalization_for(config, config.gamma)
     act = _act(model, distribution_for(action_space), bounds(action_space), norm)
     return OnPolicyAlgorithm(
-        name="appo",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
+        **algorithm_fields("appo", learner, config, explore_and_exploit(act)),
         rollout_steps=functools.partial(_rollout_steps, config, norm),
         postprocess=_postprocess(config.rollout_fragment_length, norm),
         policy_lag=config.policy_lag,
@@ -440,20 +433,11 @@ RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)
 build, appo = register_builtin(
     RECIPE,
     OnPolicyAlgorithm,
-    parts="learner, act and postprocess",
-    doc="""An APPO :class:`~jaxlearner.Learner` for the two spaces.
-
-    The learner has one module, ``"default_policy"``, and knows its batch
-    layout (rows of ``rollout_fragment_length`` steps), so
-    ``learner.init(key)`` needs no sample batch.
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("CartPole-v1")
-      >>> learner = jl.algorithms.appo(env.observation_space, env.action_space,
-      ...                              {"rollout_fragment_length": 32, "train_batch_size": 256})
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    doc=learner_doc(
+        RECIPE,
+        "Its rows are sequences of ``rollout_fragment_length`` steps.",
+        config='{"rollout_fragment_length": 32, "train_batch_size": 256}',
+    ),
 )
 
 
