@@ -85,33 +85,24 @@ from jaxlearner.algorithms.algorithm import (
     PostprocessFn,
     algorithm_fields,
 )
-from jaxlearner.algorithms.builtin import (
-    BuiltinAlgorithm,
-    learner_doc,
-    register_builtin,
-    single_module_learner,
-)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
-    check_bool,
     check_fraction,
-    check_policy_network_config,
     check_positive,
     check_positive_int,
-    check_schedule,
     config_adam,
-    freeze_schedules,
 )
 from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
-from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
-from jaxlearner.algorithms.trajectories.normalization import (
-    Normalization,
-    check_normalization_config,
-    normalization_for,
+from jaxlearner.algorithms.objectives.ppo_objective import (
+    check_ppo_fields,
+    clipped_surrogate,
+    explained_variance,
 )
+from jaxlearner.algorithms.trajectories.normalization import Normalization, normalization_for
 from jaxlearner.algorithms.trajectories.returns import vtrace
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
@@ -174,16 +165,12 @@ class APPOConfig:
     num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
-        check_fraction("APPOConfig", gamma=self.gamma, lambda_=self.lambda_, tau=self.tau)
-        check_normalization_config("APPOConfig", self)
-        check_schedule(
-            "APPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
-        )
+        check_ppo_fields(self)
+        check_fraction("APPOConfig", tau=self.tau)
         check_positive(
             "APPOConfig",
             vtrace_clip_rho_threshold=self.vtrace_clip_rho_threshold,
             vtrace_clip_pg_rho_threshold=self.vtrace_clip_pg_rho_threshold,
-            kl_target=self.kl_target,
         )
         check_positive_int(
             "APPOConfig",
@@ -209,14 +196,6 @@ class APPOConfig:
                 f"APPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
                 f"({self.train_batch_size})."
             )
-        if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
-            raise ValueError(
-                f"APPOConfig.kl_coeff and vf_loss_coeff must be >= 0; got {self.kl_coeff!r} "
-                f"and {self.vf_loss_coeff!r}."
-            )
-        check_policy_network_config(self)
-        check_bool("APPOConfig", ortho_init=self.ortho_init)
-        freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
 
 def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):
@@ -433,8 +412,7 @@ RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)
 build, appo = register_builtin(
     RECIPE,
     OnPolicyAlgorithm,
-    doc=learner_doc(
-        RECIPE,
+    doc=RECIPE.learner_doc(
         "Its rows are sequences of ``rollout_fragment_length`` steps.",
         config='{"rollout_fragment_length": 32, "train_batch_size": 256}',
     ),

@@ -31,12 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import MODULE_ID, OfflineAlgorithm, algorithm_fields
-from jaxlearner.algorithms.builtin import (
-    BuiltinAlgorithm,
-    learner_doc,
-    register_builtin,
-    single_module_learner,
-)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_offline_batch_config,
     check_policy_network_config,
@@ -157,5 +152,5 @@ RECIPE = BuiltinAlgorithm("bc", BCConfig, make_learner, make_algorithm)
 """BC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
 
 build, bc = register_builtin(
-    RECIPE, OfflineAlgorithm, doc=learner_doc(RECIPE, config='{"lr": 1e-3}')
+    RECIPE, OfflineAlgorithm, doc=RECIPE.learner_doc(config='{"lr": 1e-3}')
 )

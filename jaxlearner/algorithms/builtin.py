@@ -280,6 +280,48 @@ class BuiltinAlgorithm:
             config_from_json(self.config_type, recipe["config"]),
         )
 
+    def learner_doc(self, details: str = "", env_id: str = "CartPole-v1", config: str = "") -> str:
+        """Its named constructor's docstring (``ppo``'s, ...), for :func:`register_builtin`.
+
+        Every built-in learner has one module, ``"default_policy"``, and knows its
+        batch layout; the docstring says so, adds ``details`` and ends with an
+        example that builds the learner for ``env_id`` and initializes it.
+
+        Args:
+          details: what else the learner does, as sentences (``""``: nothing).
+          env_id: the example's environment.
+          config: the example's config argument as written (``'{"lr": 3e-4}'``), or ``""``.
+
+        Example:
+          >>> print(RECIPE.learner_doc(config='{"lr": 3e-4}'))     # doctest: +SKIP
+          A PPO :class:`~jaxlearner.Learner` for the two spaces.
+          ...
+        """
+        name = self.name
+        article = "An" if name[0] in "aeiou" else "A"
+        about = (
+            'The learner has one module, ``"default_policy"``, and knows its batch layout, so '
+            f"``learner.init(key)`` needs no sample batch. {details}"
+        )
+        call = f"  >>> learner = jl.algorithms.{name}(env.observation_space, env.action_space"
+        if config and len(call) + len(config) > 96:  # as it would be written by hand: wrapped
+            call += f",\n  ...{' ' * (call.index('(') - 4)}{config}"
+        elif config:
+            call += f", {config}"
+        return "\n".join(
+            [
+                f"{article} {name.upper()} :class:`~jaxlearner.Learner` for the two spaces.",
+                "",
+                textwrap.fill(about.strip(), 74, break_on_hyphens=False, break_long_words=False),
+                "",
+                "Example:",
+                "  >>> import gymnasium as gym, jax, jaxlearner as jl",
+                f'  >>> env = gym.make("{env_id}")',
+                f"{call})",
+                "  >>> state = learner.init(jax.random.key(0))",
+            ]
+        )
+
 
 AlgorithmT = TypeVar("AlgorithmT", covariant=True)
 
@@ -308,55 +350,6 @@ PARTS: dict[str, str] = {
 """What each algorithm kind holds, for ``build``'s summary line (:func:`register_builtin`)."""
 
 
-def learner_doc(
-    recipe: BuiltinAlgorithm,
-    details: str = "",
-    env_id: str = "CartPole-v1",
-    config: str = "",
-) -> str:
-    """A named constructor's docstring (``ppo``'s, ...), for :func:`register_builtin`.
-
-    Every built-in learner has one module, ``"default_policy"``, and knows its
-    batch layout; the docstring says so, adds ``details`` and ends with an
-    example that builds the learner for ``env_id`` and initializes it.
-
-    Args:
-      recipe: the algorithm's entry; its name names the constructor.
-      details: what else the learner does, as sentences (``""``: nothing).
-      env_id: the example's environment.
-      config: the example's config argument as written (``'{"lr": 3e-4}'``), or ``""``.
-
-    Example:
-      >>> print(learner_doc(RECIPE, config='{"lr": 3e-4}'))     # doctest: +SKIP
-      A PPO :class:`~jaxlearner.Learner` for the two spaces.
-      ...
-    """
-    name = recipe.name
-    article = "An" if name[0] in "aeiou" else "A"
-    about = (
-        'The learner has one module, ``"default_policy"``, and knows its batch layout, so '
-        f"``learner.init(key)`` needs no sample batch. {details}"
-    )
-    call = f"  >>> learner = jl.algorithms.{name}(env.observation_space, env.action_space"
-    if config and len(call) + len(config) > 96:  # as it would be written by hand: wrapped
-        call += f",\n  ...{' ' * (call.index('(') - 4)}{config}"
-    elif config:
-        call += f", {config}"
-    return "\n".join(
-        [
-            f"{article} {name.upper()} :class:`~jaxlearner.Learner` for the two spaces.",
-            "",
-            textwrap.fill(about.strip(), 74, break_on_hyphens=False, break_long_words=False),
-            "",
-            "Example:",
-            "  >>> import gymnasium as gym, jax, jaxlearner as jl",
-            f'  >>> env = gym.make("{env_id}")',
-            f"{call})",
-            "  >>> state = learner.init(jax.random.key(0))",
-        ]
-    )
-
-
 def register_builtin(
     recipe: BuiltinAlgorithm,
     returns: type[AlgorithmT],
@@ -383,7 +376,7 @@ def register_builtin(
         reloaded module registers again).
       returns: the algorithm kind ``build`` returns (``OnPolicyAlgorithm``, ...).
       doc: the constructor's docstring, indented as in the module, e.g. from
-        :func:`learner_doc`.
+        :meth:`BuiltinAlgorithm.learner_doc`.
       parts: what the algorithm holds, for ``build``'s summary line; by default
         the kind's (:data:`PARTS`, ``"learner, act and postprocess"`` for an
         ``OnPolicyAlgorithm``).
@@ -399,7 +392,7 @@ def register_builtin(
     Example:
       >>> RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
       >>> build, ppo = register_builtin(
-      ...     RECIPE, OnPolicyAlgorithm, doc=learner_doc(RECIPE))      # doctest: +SKIP
+      ...     RECIPE, OnPolicyAlgorithm, doc=RECIPE.learner_doc())      # doctest: +SKIP
     """
     register_algorithm(recipe, replace=True)
 

@@ -100,12 +100,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import MODULE_ID, ActFn, OffPolicyAlgorithm
-from jaxlearner.algorithms.builtin import (
-    BuiltinAlgorithm,
-    learner_doc,
-    register_builtin,
-    single_module_learner,
-)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_choice,
     check_layers,
@@ -124,9 +119,7 @@ from jaxlearner.algorithms.replay.off_policy import (
     td_error_loss,
 )
 from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES, check_off_policy_config
-from jaxlearner.algorithms.trajectories.normalization import (
-    check_normalization_config,
-)
+from jaxlearner.algorithms.trajectories.normalization import check_normalization_config
 from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -383,8 +376,7 @@ build, dqn = register_builtin(
         "environment; the index is trained on)."
     ),
     type_error="for an action space that is not ``Discrete``.",
-    doc=learner_doc(
-        RECIPE,
+    doc=RECIPE.learner_doc(
         "It trains on whole replay batches, one gradient step per ``update``.",
         config='{"lr": 1e-3}',
     ),

@@ -56,12 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.algorithms.algorithm import MODULE_ID, OfflineAlgorithm, RowsFn, algorithm_fields
-from jaxlearner.algorithms.builtin import (
-    BuiltinAlgorithm,
-    learner_doc,
-    register_builtin,
-    single_module_learner,
-)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
@@ -315,5 +310,5 @@ RECIPE = BuiltinAlgorithm("marwil", MARWILConfig, make_learner, make_algorithm)
 """MARWIL's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
 
 build, marwil = register_builtin(
-    RECIPE, OfflineAlgorithm, doc=learner_doc(RECIPE, config='{"beta": 0.5}')
+    RECIPE, OfflineAlgorithm, doc=RECIPE.learner_doc(config='{"beta": 0.5}')
 )

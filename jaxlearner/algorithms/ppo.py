@@ -89,22 +89,8 @@ from jaxlearner.algorithms.algorithm import (
     RecurrentAct,
     algorithm_fields,
 )
-from jaxlearner.algorithms.builtin import (
-    BuiltinAlgorithm,
-    learner_doc,
-    register_builtin,
-    single_module_learner,
-)
-from jaxlearner.algorithms.config import (
-    check_bool,
-    check_fraction,
-    check_policy_network_config,
-    check_positive,
-    check_positive_int,
-    check_schedule,
-    config_adam,
-    freeze_schedules,
-)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
+from jaxlearner.algorithms.config import check_positive, check_positive_int, config_adam
 from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.heads import distribution_for
@@ -112,16 +98,13 @@ from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_opt
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds
 from jaxlearner.algorithms.objectives.ppo_objective import (
+    check_ppo_fields,
     ppo_batch_layout,
     ppo_loss,
     ppo_sequence_batch_layout,
     recurrent_ppo_loss,
 )
-from jaxlearner.algorithms.trajectories.normalization import (
-    Normalization,
-    check_normalization_config,
-    normalization_for,
-)
+from jaxlearner.algorithms.trajectories.normalization import Normalization, normalization_for
 from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
@@ -171,12 +154,8 @@ class PPOConfig:
     num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
-        check_fraction("PPOConfig", gamma=self.gamma, lambda_=self.lambda_)
-        check_normalization_config("PPOConfig", self)
-        check_schedule(
-            "PPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
-        )
-        check_positive("PPOConfig", vf_clip_param=self.vf_clip_param, kl_target=self.kl_target)
+        check_ppo_fields(self)
+        check_positive("PPOConfig", vf_clip_param=self.vf_clip_param)
         check_positive_int(
             "PPOConfig",
             train_batch_size=self.train_batch_size,
@@ -185,17 +164,12 @@ class PPOConfig:
             lstm_cell_size=self.lstm_cell_size,
             max_seq_len=self.max_seq_len,
         )
-        check_policy_network_config(self)
-        check_bool("PPOConfig", ortho_init=self.ortho_init)
         self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(
                 f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
                 f"({self.train_batch_size})."
             )
-        if self.kl_coeff < 0 or self.vf_loss_coeff < 0:
-            raise ValueError("PPOConfig.kl_coeff and vf_loss_coeff must be >= 0.")
-        freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
     def _check_recurrent(self) -> None:
         if not isinstance(self.use_lstm, bool):
@@ -458,5 +432,5 @@ RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
 """PPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
 
 build, ppo = register_builtin(
-    RECIPE, OnPolicyAlgorithm, doc=learner_doc(RECIPE, config='{"lr": 3e-4}')
+    RECIPE, OnPolicyAlgorithm, doc=RECIPE.learner_doc(config='{"lr": 3e-4}')
 )

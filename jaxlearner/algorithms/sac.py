@@ -83,12 +83,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import MODULE_ID, OffPolicyAlgorithm
-from jaxlearner.algorithms.builtin import (
-    BuiltinAlgorithm,
-    learner_doc,
-    register_builtin,
-    single_module_learner,
-)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_positive,
     check_schedule,
@@ -305,8 +300,7 @@ build, sac = register_builtin(
         "a ``start`` offset is added to the actions sent to the environment)."
     ),
     type_error="for other action spaces.",
-    doc=learner_doc(
-        RECIPE,
+    doc=RECIPE.learner_doc(
         "Its optimizers are ``actor``, ``critic`` and ``temperature``; it trains on whole "
         "replay batches, one gradient step per ``update``.",
         env_id="Pendulum-v1",
