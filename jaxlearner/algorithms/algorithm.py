@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias, final
+from typing import Any, TypeAlias, TypeVar, final
 
 import jax
 
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Experience
+
+MODULE_ID = "default_policy"
+"""The one module of a built-in algorithm's learner (RLlib's ``DEFAULT_MODULE_ID``)."""
 
 ActFn: TypeAlias = Callable[
     [ModuleState, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]
@@ -73,6 +76,17 @@ RowsFn: TypeAlias = Callable[[Mapping[str, jax.Array]], Batch]
 TDErrorsFn: TypeAlias = Callable[[ModuleState, Batch, jax.Array], jax.Array]
 """``td_errors(module_state, batch [B, ...], key) -> [B]``: each row's TD error as the loss
 computes it (``key`` for losses that sample, e.g. SAC's next actions)."""
+
+
+AlgorithmT = TypeVar("AlgorithmT")
+
+
+def _with_learner(self: AlgorithmT, learner: Learner) -> AlgorithmT:
+    """The same algorithm around another learner of the same model (restored, re-placed).
+
+    Each algorithm kind's ``with_learner`` method.
+    """
+    return dataclasses.replace(self, learner=learner)  # type: ignore[type-var]
 
 
 @final
@@ -180,9 +194,7 @@ class OnPolicyAlgorithm:
         if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
             raise ValueError(f"policy_lag must be an int >= 0; got {self.policy_lag!r}.")
 
-    def with_learner(self, learner: Learner) -> OnPolicyAlgorithm:
-        """The same algorithm around another learner of the same model (restored, re-placed)."""
-        return dataclasses.replace(self, learner=learner)
+    with_learner = _with_learner
 
 
 @final
@@ -241,9 +253,7 @@ class OffPolicyAlgorithm:
                 f"{self.learning_starts}."
             )
 
-    def with_learner(self, learner: Learner) -> OffPolicyAlgorithm:
-        """The same algorithm around another learner of the same model (restored, re-placed)."""
-        return dataclasses.replace(self, learner=learner)
+    with_learner = _with_learner
 
 
 @final
@@ -289,9 +299,39 @@ class OfflineAlgorithm:
                     f"{value!r}."
                 )
 
-    def with_learner(self, learner: Learner) -> OfflineAlgorithm:
-        """The same algorithm around another learner of the same model (restored, re-placed)."""
-        return dataclasses.replace(self, learner=learner)
+    with_learner = _with_learner
+
+
+def algorithm_fields(
+    name: str,
+    learner: Learner,
+    config: Any,
+    acts: tuple[Any, Any],
+    module_id: str = MODULE_ID,
+) -> dict[str, Any]:
+    """The fields every algorithm kind starts with, as keyword arguments.
+
+    Args:
+      name: the algorithm's name, as in its learner's recipe.
+      learner: the learner.
+      config: the algorithm's typed config.
+      acts: ``(explore, exploit)``, e.g. from
+        :func:`~jaxlearner.algorithms.networks.acting.explore_and_exploit`.
+      module_id: the learner's module.
+
+    Example:
+      >>> OfflineAlgorithm(**algorithm_fields("bc", learner, config, acts), rows=rows,
+      ...                  train_batch_size=256)                       # doctest: +SKIP
+    """
+    explore, exploit = acts
+    return {
+        "name": name,
+        "module_id": module_id,
+        "learner": learner,
+        "config": config,
+        "explore": explore,
+        "exploit": exploit,
+    }
 
 
 Algorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm

@@ -77,42 +77,41 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from jaxlearner.algorithms.algorithm import Experience, OnPolicyAlgorithm, PostprocessFn
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
+from jaxlearner.algorithms.algorithm import (
+    MODULE_ID,
+    Experience,
+    OnPolicyAlgorithm,
+    PostprocessFn,
+    algorithm_fields,
+)
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
-    check_bool,
     check_fraction,
-    check_non_negative,
-    check_policy_network_config,
     check_positive,
     check_positive_int,
-    check_schedule,
-    freeze_schedules,
+    config_adam,
 )
-from jaxlearner.algorithms.networks.acting import policy_actions
+from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
-from jaxlearner.algorithms.objectives.ppo_objective import clipped_surrogate, explained_variance
-from jaxlearner.algorithms.trajectories.normalization import (
-    Normalization,
-    check_normalization_config,
-    normalization_for,
+from jaxlearner.algorithms.objectives.ppo_objective import (
+    check_ppo_fields,
+    clipped_surrogate,
+    explained_variance,
 )
+from jaxlearner.algorithms.trajectories.normalization import Normalization, normalization_for
 from jaxlearner.algorithms.trajectories.returns import vtrace
 from jaxlearner.core.additional_updates import adaptive_kl_coeff, polyak_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
 
-MODULE_ID = "default_policy"
 OLD_PARAMS = "old_params"
 """The ``extra`` entry holding the old policy's params (RLlib's target network)."""
 
@@ -166,16 +165,12 @@ class APPOConfig:
     num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
-        check_fraction("APPOConfig", gamma=self.gamma, lambda_=self.lambda_, tau=self.tau)
-        check_normalization_config("APPOConfig", self)
-        check_schedule(
-            "APPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
-        )
+        check_ppo_fields(self)
+        check_fraction("APPOConfig", tau=self.tau)
         check_positive(
             "APPOConfig",
             vtrace_clip_rho_threshold=self.vtrace_clip_rho_threshold,
             vtrace_clip_pg_rho_threshold=self.vtrace_clip_pg_rho_threshold,
-            kl_target=self.kl_target,
         )
         check_positive_int(
             "APPOConfig",
@@ -201,10 +196,6 @@ class APPOConfig:
                 f"APPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
                 f"({self.train_batch_size})."
             )
-        check_non_negative("APPOConfig", kl_coeff=self.kl_coeff, vf_loss_coeff=self.vf_loss_coeff)
-        check_policy_network_config(self)
-        check_bool("APPOConfig", ortho_init=self.ortho_init)
-        freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
 
 def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):
@@ -291,25 +282,23 @@ def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):
 
 
 def make_learner(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: APPOConfig,
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: APPOConfig
 ) -> Learner:
-    """APPO's learner: one actor-critic module trained on whole sequences.
-
-    Use :func:`appo` (or ``RECIPE.learner``), which also makes the typed config.
-    """
+    """APPO's learner: one actor-critic module trained on whole sequences."""
     model = actor_critic(observation_space, action_space, **actor_critic_options(config))
     distribution = distribution_for(action_space)
     length = config.rollout_fragment_length
     observers = normalization_for(config, config.gamma).observers(observation_space)
-    return Learner(
-        {MODULE_ID: _module_spec(model, distribution, config, observers)},
+    return single_module_learner(
+        "appo",
+        observation_space,
+        action_space,
+        config,
+        _module_spec(model, distribution, config, observers),
+        _batch_layout(observation_space, distribution, length),
         minibatch_size=None if config.minibatch_size is None else config.minibatch_size // length,
         num_epochs=config.num_epochs,
         shuffle=config.shuffle,
-        batch_layout={MODULE_ID: _batch_layout(observation_space, distribution, length)},
-        recipe=recipe_json("appo", observation_space, action_space, config),
     )
 
 
@@ -317,16 +306,10 @@ def _module_spec(
     model: Model, distribution: DistributionSpec, config: APPOConfig, observers: tuple
 ) -> ModuleSpec:
     """The module: APPO's loss, Adam, the coefficients, the old policy and the KL coefficient."""
-    optimizer = Optimizer(
-        optax.adam,
-        learning_rate=config.lr,
-        grad_clip=config.grad_clip,
-        grad_clip_by=config.grad_clip_by,
-    )
     return ModuleSpec(
         model,
         appo_loss(distribution, config.use_kl_loss),
-        optimizer,
+        config_adam(config),
         hyperparams={
             "gamma": config.gamma,
             "lambda_": config.lambda_,
@@ -349,21 +332,13 @@ def _module_spec(
 def make_algorithm(
     learner: Learner, action_space: gymnasium.Space, config: APPOConfig
 ) -> OnPolicyAlgorithm:
-    """APPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess.
-
-    They apply the learner's own model (``learner.specs["default_policy"].model``);
-    nothing is built but these functions.
-    """
+    """APPO around ``learner`` (one of :func:`make_learner`): act functions and postprocess,
+    which apply the learner's own model; nothing is built but these functions."""
     model = learner.specs[MODULE_ID].model
     norm = normalization_for(config, config.gamma)
     act = _act(model, distribution_for(action_space), bounds(action_space), norm)
     return OnPolicyAlgorithm(
-        name="appo",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
+        **algorithm_fields("appo", learner, config, explore_and_exploit(act)),
         rollout_steps=functools.partial(_rollout_steps, config, norm),
         postprocess=_postprocess(config.rollout_fragment_length, norm),
         policy_lag=config.policy_lag,
@@ -437,20 +412,10 @@ RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)
 build, appo = register_builtin(
     RECIPE,
     OnPolicyAlgorithm,
-    parts="learner, act and postprocess",
-    doc="""An APPO :class:`~jaxlearner.Learner` for the two spaces.
-
-    The learner has one module, ``"default_policy"``, and knows its batch
-    layout (rows of ``rollout_fragment_length`` steps), so
-    ``learner.init(key)`` needs no sample batch.
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("CartPole-v1")
-      >>> learner = jl.algorithms.appo(env.observation_space, env.action_space,
-      ...                              {"rollout_fragment_length": 32, "train_batch_size": 256})
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    doc=RECIPE.learner_doc(
+        "Its rows are sequences of ``rollout_fragment_length`` steps.",
+        config='{"rollout_fragment_length": 32, "train_batch_size": 256}',
+    ),
 )
 
 

@@ -29,17 +29,18 @@ import dataclasses
 import gymnasium
 import jax
 import jax.numpy as jnp
-import optax
 
-from jaxlearner.algorithms.algorithm import OfflineAlgorithm
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
+from jaxlearner.algorithms.algorithm import MODULE_ID, OfflineAlgorithm, algorithm_fields
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_offline_batch_config,
     check_policy_network_config,
     check_schedule,
+    config_adam,
     freeze_schedules,
 )
 from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
+from jaxlearner.algorithms.networks.acting import explore_and_exploit
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.encoders import encoder_for
 from jaxlearner.algorithms.networks.heads import (
@@ -52,11 +53,8 @@ from jaxlearner.algorithms.networks.spaces import bounds
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.types import Batch, Params
-
-MODULE_ID = "default_policy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,47 +121,27 @@ def policy_model(
 def make_learner(
     observation_space: gymnasium.Space, action_space: gymnasium.Space, config: BCConfig
 ) -> Learner:
-    """BC's learner: one policy module, one gradient step per ``update``.
-
-    Use :func:`bc` (or ``RECIPE.learner``), which also makes the typed config.
-    """
+    """BC's learner: one policy module, one gradient step per ``update``."""
     distribution = distribution_for(action_space)
-    optimizer = Optimizer(
-        optax.adam,
-        learning_rate=config.lr,
-        grad_clip=config.grad_clip,
-        grad_clip_by=config.grad_clip_by,
-    )
     spec = ModuleSpec(
         policy_model(observation_space, action_space, config),
         bc_loss(distribution),
-        optimizer,
+        config_adam(config),
         init_input=lambda batch: batch["obs"],
     )
-    return Learner(
-        {MODULE_ID: spec},
-        minibatch_size=None,
-        num_epochs=1,
-        shuffle=False,
-        batch_layout={MODULE_ID: batch_layout(observation_space, distribution, returns=False)},
-        recipe=recipe_json("bc", observation_space, action_space, config),
-    )
+    layout = batch_layout(observation_space, distribution, returns=False)
+    return single_module_learner("bc", observation_space, action_space, config, spec, layout)
 
 
 def make_algorithm(
     learner: Learner, action_space: gymnasium.Space, config: BCConfig
 ) -> OfflineAlgorithm:
     """BC around ``learner`` (one of :func:`make_learner`): act functions and rows."""
-    model = learner.specs[MODULE_ID].model
     distribution = distribution_for(action_space)
+    model = learner.specs[MODULE_ID].model
     act = make_act(model, distribution, bounds(action_space), lambda out: out)
     return OfflineAlgorithm(
-        name="bc",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
+        **algorithm_fields("bc", learner, config, explore_and_exploit(act)),
         rows=imitation_rows(distribution),
         train_batch_size=config.train_batch_size,
         updates_per_iteration=config.dataset_num_iters_per_learner,
@@ -174,15 +152,5 @@ RECIPE = BuiltinAlgorithm("bc", BCConfig, make_learner, make_algorithm)
 """BC's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
 
 build, bc = register_builtin(
-    RECIPE,
-    OfflineAlgorithm,
-    parts="learner, act and rows",
-    doc="""A BC :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("CartPole-v1")
-      >>> learner = jl.algorithms.bc(env.observation_space, env.action_space, {"lr": 1e-3})
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    RECIPE, OfflineAlgorithm, doc=RECIPE.learner_doc(config='{"lr": 1e-3}')
 )

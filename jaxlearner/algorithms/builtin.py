@@ -40,10 +40,11 @@ from typing import Any, Protocol, TypeAlias, TypeVar, final, runtime_checkable
 
 import gymnasium
 
-from jaxlearner.algorithms.algorithm import AnyAlgorithm
+from jaxlearner.algorithms.algorithm import MODULE_ID, AnyAlgorithm
 from jaxlearner.algorithms.config import config_from_json, config_to_json, make_config
 from jaxlearner.algorithms.networks.spaces import space_from_json, space_to_json
 from jaxlearner.core.learner import Learner
+from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.registry import recipe_builders, register_recipe
 
 
@@ -167,6 +168,38 @@ def recipe_json(
     }
 
 
+def single_module_learner(
+    name: str,
+    observation_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    config: Any,
+    spec: ModuleSpec,
+    layout: Mapping[str, Any],
+    *,
+    minibatch_size: int | None = None,
+    num_epochs: int = 1,
+    shuffle: bool = False,
+) -> Learner:
+    """A built-in algorithm's learner: one module, ``"default_policy"``, its batch layout and
+    the JSON recipe (:func:`recipe_json`) that rebuilds it.
+
+    By default each ``update`` is one gradient step on the whole batch (the off-policy and
+    offline algorithms); PPO and APPO pass their minibatches, epochs and shuffling.
+
+    Example:
+      >>> learner = single_module_learner("dqn", obs_space, act_space, config, spec, layout)
+      ... # doctest: +SKIP
+    """
+    return Learner(
+        {MODULE_ID: spec},
+        minibatch_size=minibatch_size,
+        num_epochs=num_epochs,
+        shuffle=shuffle,
+        batch_layout={MODULE_ID: layout},
+        recipe=recipe_json(name, observation_space, action_space, config),
+    )
+
+
 @final
 @dataclasses.dataclass(frozen=True)
 class BuiltinAlgorithm:
@@ -247,6 +280,48 @@ class BuiltinAlgorithm:
             config_from_json(self.config_type, recipe["config"]),
         )
 
+    def learner_doc(self, details: str = "", env_id: str = "CartPole-v1", config: str = "") -> str:
+        """Its named constructor's docstring (``ppo``'s, ...), for :func:`register_builtin`.
+
+        Every built-in learner has one module, ``"default_policy"``, and knows its
+        batch layout; the docstring says so, adds ``details`` and ends with an
+        example that builds the learner for ``env_id`` and initializes it.
+
+        Args:
+          details: what else the learner does, as sentences (``""``: nothing).
+          env_id: the example's environment.
+          config: the example's config argument as written (``'{"lr": 3e-4}'``), or ``""``.
+
+        Example:
+          >>> print(RECIPE.learner_doc(config='{"lr": 3e-4}'))     # doctest: +SKIP
+          A PPO :class:`~jaxlearner.Learner` for the two spaces.
+          ...
+        """
+        name = self.name
+        article = "An" if name[0] in "aeiou" else "A"
+        about = (
+            'The learner has one module, ``"default_policy"``, and knows its batch layout, so '
+            f"``learner.init(key)`` needs no sample batch. {details}"
+        )
+        call = f"  >>> learner = jl.algorithms.{name}(env.observation_space, env.action_space"
+        if config and len(call) + len(config) > 96:  # as it would be written by hand: wrapped
+            call += f",\n  ...{' ' * (call.index('(') - 4)}{config}"
+        elif config:
+            call += f", {config}"
+        return "\n".join(
+            [
+                f"{article} {name.upper()} :class:`~jaxlearner.Learner` for the two spaces.",
+                "",
+                textwrap.fill(about.strip(), 74, break_on_hyphens=False, break_long_words=False),
+                "",
+                "Example:",
+                "  >>> import gymnasium as gym, jax, jaxlearner as jl",
+                f'  >>> env = gym.make("{env_id}")',
+                f"{call})",
+                "  >>> state = learner.init(jax.random.key(0))",
+            ]
+        )
+
 
 AlgorithmT = TypeVar("AlgorithmT", covariant=True)
 
@@ -267,12 +342,20 @@ class LearnerFunction(Protocol):
     ) -> Learner: ...
 
 
+PARTS: dict[str, str] = {
+    "OnPolicyAlgorithm": "learner, act and postprocess",
+    "OffPolicyAlgorithm": "learner, act functions, transitions",
+    "OfflineAlgorithm": "learner, act and rows",
+}
+"""What each algorithm kind holds, for ``build``'s summary line (:func:`register_builtin`)."""
+
+
 def register_builtin(
     recipe: BuiltinAlgorithm,
     returns: type[AlgorithmT],
     *,
-    parts: str,
     doc: str,
+    parts: str | None = None,
     action_space: str = (
         "one environment's action space (``Discrete``, ``MultiDiscrete``, ``MultiBinary`` "
         "or 1-D ``Box``)."
@@ -292,9 +375,11 @@ def register_builtin(
         makes ``ppo``). It is registered, replacing an earlier registration (a
         reloaded module registers again).
       returns: the algorithm kind ``build`` returns (``OnPolicyAlgorithm``, ...).
-      parts: what the algorithm holds, for ``build``'s summary line
-        (``"learner, act and postprocess"``).
-      doc: the constructor's docstring, indented as in the module.
+      doc: the constructor's docstring, indented as in the module, e.g. from
+        :meth:`BuiltinAlgorithm.learner_doc`.
+      parts: what the algorithm holds, for ``build``'s summary line; by default
+        the kind's (:data:`PARTS`, ``"learner, act and postprocess"`` for an
+        ``OnPolicyAlgorithm``).
       action_space: the ``action_space`` argument's description in ``build``'s docstring.
       type_error: when ``build`` raises ``TypeError``, for its docstring.
 
@@ -307,8 +392,7 @@ def register_builtin(
     Example:
       >>> RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
       >>> build, ppo = register_builtin(
-      ...     RECIPE, OnPolicyAlgorithm, parts="learner, act and postprocess",
-      ...     doc="A PPO learner for the two spaces.")                 # doctest: +SKIP
+      ...     RECIPE, OnPolicyAlgorithm, doc=RECIPE.learner_doc())      # doctest: +SKIP
     """
     register_algorithm(recipe, replace=True)
 
@@ -322,6 +406,7 @@ def register_builtin(
     ) -> Learner:
         return recipe.learner(observation_space, action_space, config)
 
+    parts = PARTS.get(returns.__name__, "learner") if parts is None else parts
     build_doc = _build_doc(recipe, returns, parts, action_space, type_error)
     _describe(build, "build", recipe, returns, build_doc)
     _describe(constructor, recipe.name, recipe, Learner, inspect.cleandoc(doc))

@@ -8,9 +8,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+import optax
+
 from jaxlearner.algorithms.networks.encoders import ACTIVATIONS
-from jaxlearner.core.optimizer import CLIP_MODES
-from jaxlearner.core.schedules import as_schedule
+from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
+from jaxlearner.core.schedules import ScheduleLike, as_schedule
 
 ConfigT = TypeVar("ConfigT")
 
@@ -238,3 +240,23 @@ def check_offline_batch_config(config: Any) -> None:
     if config.dataset_num_iters_per_learner is not None:
         iterations = config.dataset_num_iters_per_learner
         check_positive_int(owner, dataset_num_iters_per_learner=iterations)
+
+
+def config_adam(
+    config: Any, learning_rate: ScheduleLike | None = None, **hyperparams: Any
+) -> Optimizer:
+    """Adam at ``learning_rate`` (the config's ``lr`` by default), clipped as the config's
+    ``grad_clip`` and ``grad_clip_by`` say (RLlib's names); ``hyperparams`` go to Adam
+    (DQN's ``eps``).
+
+    Example:
+      >>> optimizer = config_adam(PPOConfig(grad_clip=0.5))           # doctest: +SKIP
+      >>> critic = config_adam(sac_config, sac_config.critic_lr)      # doctest: +SKIP
+    """
+    return Optimizer(
+        optax.adam,
+        learning_rate=config.lr if learning_rate is None else learning_rate,
+        grad_clip=config.grad_clip,
+        grad_clip_by=config.grad_clip_by,
+        hyperparams=hyperparams,
+    )

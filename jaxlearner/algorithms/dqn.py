@@ -94,24 +94,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium
 import jax
 import jax.numpy as jnp
-import optax
 
-from jaxlearner.algorithms.algorithm import (
-    ActFn,
-    OffPolicyAlgorithm,
-)
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
+from jaxlearner.algorithms.algorithm import MODULE_ID, ActFn, OffPolicyAlgorithm
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_choice,
     check_layers,
     check_positive,
     check_positive_int,
     check_schedule,
+    config_adam,
     freeze_schedule,
 )
 from jaxlearner.algorithms.networks.models import q_network
@@ -119,24 +115,19 @@ from jaxlearner.algorithms.replay.off_policy import (
     masked_mean,
     off_policy_algorithm,
     replay_layout,
+    replay_module_spec,
     td_error_loss,
 )
 from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES, check_off_policy_config
-from jaxlearner.algorithms.trajectories.normalization import (
-    check_normalization_config,
-    normalization_for,
-    normalized_loss,
-)
+from jaxlearner.algorithms.trajectories.normalization import check_normalization_config
 from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike, current_value
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
 
-MODULE_ID = "default_policy"
 TARGET = "target_params"
 
 
@@ -291,14 +282,9 @@ def periodic_polyak_update(period: int, tau: ScheduleLike) -> AdditionalUpdate:
 
 
 def make_learner(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: DQNConfig,
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: DQNConfig
 ) -> Learner:
-    """DQN's learner: one Q-network module, one gradient step per ``update``.
-
-    Use :func:`dqn` (or ``RECIPE.learner``), which also makes the typed config.
-    """
+    """DQN's learner: one Q-network module, one gradient step per ``update``."""
     model = q_network(
         observation_space,
         action_space,
@@ -307,51 +293,26 @@ def make_learner(
         config.dueling,
         config.head_hidden_sizes,
     )
-    observers = normalization_for(config, config.gamma).observers(observation_space)
-    return Learner(
-        {MODULE_ID: _module_spec(model, config, observers)},
-        minibatch_size=None,
-        num_epochs=1,
-        shuffle=False,
-        batch_layout={MODULE_ID: _batch_layout(observation_space, config)},
-        recipe=recipe_json("dqn", observation_space, action_space, config),
-    )
+    spec = _module_spec(model, observation_space, config)
+    layout = replay_layout(observation_space, (), jnp.int32, config.prioritized_replay)
+    return single_module_learner("dqn", observation_space, action_space, config, spec, layout)
 
 
-def _batch_layout(observation_space: gymnasium.Space, config: DQNConfig) -> dict[str, Any]:
-    """The replay rows, plus the importance ``weights`` with prioritized replay."""
-    layout = replay_layout(observation_space, (), jnp.int32)
-    if config.prioritized_replay:
-        layout["weights"] = jax.ShapeDtypeStruct((), jnp.float32)
-    return layout
-
-
-def _module_spec(model: Model, config: DQNConfig, observers: tuple) -> ModuleSpec:
-    """The module: the TD loss (on batches normalized as the config asks), Adam, epsilon,
-    the target network's update and the observation statistics."""
+def _module_spec(model: Model, observation_space: gymnasium.Space, config: DQNConfig) -> ModuleSpec:
+    """The module: the TD loss, Adam, epsilon and the target network's update (and what
+    :func:`~jaxlearner.algorithms.replay.off_policy.replay_module_spec` adds)."""
     if config.tau == 1.0:
         target_update = periodic_copy(config.target_network_update_freq, "env_steps", TARGET)
     else:
         target_update = periodic_polyak_update(config.target_network_update_freq, config.tau)
-    optimizer = Optimizer(
-        optax.adam,
-        learning_rate=config.lr,
-        grad_clip=config.grad_clip,
-        grad_clip_by=config.grad_clip_by,
-        hyperparams={"eps": config.adam_epsilon},
-    )
-    return ModuleSpec(
+    return replay_module_spec(
         model,
-        normalized_loss(
-            dqn_loss(config.double_q, config.td_error_loss_fn),
-            normalization_for(config, config.gamma),
-        ),
-        optimizer,
+        dqn_loss(config.double_q, config.td_error_loss_fn),
+        observation_space,
+        config,
+        optimizer=config_adam(config, eps=config.adam_epsilon),
         hyperparams={"epsilon": config.epsilon},
         additional_updates=[target_update],
-        init_input=lambda batch: batch["obs"],
-        metric_reductions={"qf_max": "max", "qf_min": "min"},
-        observers=observers,
     )
 
 
@@ -415,16 +376,8 @@ build, dqn = register_builtin(
         "environment; the index is trained on)."
     ),
     type_error="for an action space that is not ``Discrete``.",
-    doc="""A DQN :class:`~jaxlearner.Learner` for the two spaces.
-
-    The learner has one module, ``"default_policy"``, trains on whole
-    replay batches (one gradient step per ``update``) and knows its batch
-    layout, so ``learner.init(key)`` needs no sample batch.
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("CartPole-v1")
-      >>> learner = jl.algorithms.dqn(env.observation_space, env.action_space, {"lr": 1e-3})
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    doc=RECIPE.learner_doc(
+        "It trains on whole replay batches, one gradient step per ``update``.",
+        config='{"lr": 1e-3}',
+    ),
 )

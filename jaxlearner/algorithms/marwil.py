@@ -54,10 +54,9 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from jaxlearner.algorithms.algorithm import OfflineAlgorithm, RowsFn
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
+from jaxlearner.algorithms.algorithm import MODULE_ID, OfflineAlgorithm, RowsFn, algorithm_fields
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
@@ -66,8 +65,10 @@ from jaxlearner.algorithms.config import (
     check_policy_network_config,
     check_positive,
     check_schedule,
+    config_adam,
     freeze_schedules,
 )
+from jaxlearner.algorithms.networks.acting import explore_and_exploit
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
@@ -77,12 +78,10 @@ from jaxlearner.core.additional_updates import AdditionalUpdate
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Metrics, Model, Params
 
-MODULE_ID = "default_policy"
 AVERAGE = "moving_average_sqd_adv_norm"
 """The ``extra`` entry (and metric) holding the moving average of the squared advantages."""
 
@@ -193,26 +192,14 @@ def store_average() -> AdditionalUpdate:
 
 
 def make_learner(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: MARWILConfig,
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: MARWILConfig
 ) -> Learner:
-    """MARWIL's learner: one actor-critic module, one gradient step per ``update``.
-
-    Use :func:`marwil` (or ``RECIPE.learner``), which also makes the typed config.
-    """
-    model = actor_critic(observation_space, action_space, **actor_critic_options(config))
+    """MARWIL's learner: one actor-critic module, one gradient step per ``update``."""
     distribution = distribution_for(action_space)
-    optimizer = Optimizer(
-        optax.adam,
-        learning_rate=config.lr,
-        grad_clip=config.grad_clip,
-        grad_clip_by=config.grad_clip_by,
-    )
     spec = ModuleSpec(
-        model,
+        actor_critic(observation_space, action_space, **actor_critic_options(config)),
         marwil_loss(distribution),
-        optimizer,
+        config_adam(config),
         hyperparams={
             "beta": config.beta,
             "vf_coeff": config.vf_coeff,
@@ -227,14 +214,8 @@ def make_learner(
         init_input=lambda batch: batch["obs"],
         metric_reductions={AVERAGE: "last"},
     )
-    return Learner(
-        {MODULE_ID: spec},
-        minibatch_size=None,
-        num_epochs=1,
-        shuffle=False,
-        batch_layout={MODULE_ID: batch_layout(observation_space, distribution, returns=True)},
-        recipe=recipe_json("marwil", observation_space, action_space, config),
-    )
+    layout = batch_layout(observation_space, distribution, returns=True)
+    return single_module_learner("marwil", observation_space, action_space, config, spec, layout)
 
 
 def batch_layout(
@@ -262,12 +243,7 @@ def make_algorithm(
     model = learner.specs[MODULE_ID].model
     act = make_act(model, distribution_for(action_space), bounds(action_space), lambda out: out[0])
     return OfflineAlgorithm(
-        name="marwil",
-        module_id=MODULE_ID,
-        learner=learner,
-        config=config,
-        explore=lambda module, obs, key: act(module, obs, key, False),
-        exploit=lambda module, obs, key: act(module, obs, key, True),
+        **algorithm_fields("marwil", learner, config, explore_and_exploit(act)),
         rows=marwil_rows(config.gamma, distribution_for(action_space)),
         train_batch_size=config.train_batch_size,
         updates_per_iteration=config.dataset_num_iters_per_learner,
@@ -334,15 +310,5 @@ RECIPE = BuiltinAlgorithm("marwil", MARWILConfig, make_learner, make_algorithm)
 """MARWIL's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
 
 build, marwil = register_builtin(
-    RECIPE,
-    OfflineAlgorithm,
-    parts="learner, act and rows",
-    doc="""A MARWIL :class:`~jaxlearner.Learner` for the two spaces (module ``"default_policy"``).
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("CartPole-v1")
-      >>> learner = jl.algorithms.marwil(env.observation_space, env.action_space, {"beta": 0.5})
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    RECIPE, OfflineAlgorithm, doc=RECIPE.learner_doc(config='{"beta": 0.5}')
 )

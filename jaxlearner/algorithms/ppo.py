@@ -80,53 +80,39 @@ from typing import Any
 import gymnasium
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxlearner.algorithms.algorithm import (
+    MODULE_ID,
     Experience,
     OnPolicyAlgorithm,
     PostprocessFn,
     RecurrentAct,
+    algorithm_fields,
 )
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
-from jaxlearner.algorithms.config import (
-    check_bool,
-    check_fraction,
-    check_non_negative,
-    check_policy_network_config,
-    check_positive,
-    check_positive_int,
-    check_schedule,
-    freeze_schedules,
-)
-from jaxlearner.algorithms.networks.acting import policy_actions
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
+from jaxlearner.algorithms.config import check_positive, check_positive_int, config_adam
+from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
 from jaxlearner.algorithms.networks.spaces import bounds
 from jaxlearner.algorithms.objectives.ppo_objective import (
+    check_ppo_fields,
     ppo_batch_layout,
     ppo_loss,
     ppo_sequence_batch_layout,
     recurrent_ppo_loss,
 )
-from jaxlearner.algorithms.trajectories.normalization import (
-    Normalization,
-    check_normalization_config,
-    normalization_for,
-)
+from jaxlearner.algorithms.trajectories.normalization import Normalization, normalization_for
 from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model
-
-MODULE_ID = "default_policy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,12 +154,8 @@ class PPOConfig:
     num_envs_per_env_runner: int = 1
 
     def __post_init__(self) -> None:
-        check_fraction("PPOConfig", gamma=self.gamma, lambda_=self.lambda_)
-        check_normalization_config("PPOConfig", self)
-        check_schedule(
-            "PPOConfig", lr=self.lr, clip_param=self.clip_param, entropy_coeff=self.entropy_coeff
-        )
-        check_positive("PPOConfig", vf_clip_param=self.vf_clip_param, kl_target=self.kl_target)
+        check_ppo_fields(self)
+        check_positive("PPOConfig", vf_clip_param=self.vf_clip_param)
         check_positive_int(
             "PPOConfig",
             train_batch_size=self.train_batch_size,
@@ -182,16 +164,12 @@ class PPOConfig:
             lstm_cell_size=self.lstm_cell_size,
             max_seq_len=self.max_seq_len,
         )
-        check_policy_network_config(self)
-        check_bool("PPOConfig", ortho_init=self.ortho_init)
         self._check_recurrent()
         if self.minibatch_size > self.train_batch_size:
             raise ValueError(
                 f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
                 f"({self.train_batch_size})."
             )
-        check_non_negative("PPOConfig", kl_coeff=self.kl_coeff, vf_loss_coeff=self.vf_loss_coeff)
-        freeze_schedules(self, "lr", "clip_param", "entropy_coeff")
 
     def _check_recurrent(self) -> None:
         if not isinstance(self.use_lstm, bool):
@@ -210,29 +188,28 @@ class PPOConfig:
 
 
 def make_learner(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: PPOConfig,
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: PPOConfig
 ) -> Learner:
     """PPO's learner: one actor-critic module trained in minibatch epochs.
 
     With ``use_lstm`` the model is recurrent and the learner trains on
     sequences: its rows are ``[max_seq_len]`` steps, and its minibatches
     ``minibatch_size // max_seq_len`` sequences.
-
-    Use :func:`ppo` (or ``RECIPE.learner``), which also makes the typed config.
     """
     spec, layout = ppo_module(observation_space, action_space, config)
     minibatch_size = config.minibatch_size
     if config.use_lstm and minibatch_size is not None:
         minibatch_size //= config.max_seq_len
-    return Learner(
-        {MODULE_ID: spec},
+    return single_module_learner(
+        "ppo",
+        observation_space,
+        action_space,
+        config,
+        spec,
+        layout,
         minibatch_size=minibatch_size,
         num_epochs=config.num_epochs,
         shuffle=config.shuffle,
-        batch_layout={MODULE_ID: layout},
-        recipe=recipe_json("ppo", observation_space, action_space, config),
     )
 
 
@@ -282,16 +259,10 @@ def _module_spec(
     model: Model, loss: Callable, init_input: Callable, config: PPOConfig, observers: tuple
 ) -> ModuleSpec:
     """The module: PPO's loss, Adam, the loss coefficients and the adaptive KL coefficient."""
-    optimizer = Optimizer(
-        optax.adam,
-        learning_rate=config.lr,
-        grad_clip=config.grad_clip,
-        grad_clip_by=config.grad_clip_by,
-    )
     return ModuleSpec(
         model,
         loss,
-        optimizer,
+        config_adam(config),
         hyperparams={
             "clip_param": config.clip_param,
             "vf_clip_param": config.vf_clip_param,
@@ -328,17 +299,10 @@ def make_algorithm(
         exploit: Any = RecurrentAct(functools.partial(act, deterministic=True), carry)
         postprocess = _recurrent_postprocess(model, config, norm)
     else:
-        feed_forward = _act(model, distribution, box, norm)
-        explore = lambda module, obs, key: feed_forward(module, obs, key, False)
-        exploit = lambda module, obs, key: feed_forward(module, obs, key, True)
+        explore, exploit = explore_and_exploit(_act(model, distribution, box, norm))
         postprocess = _postprocess(model, config, norm)
     return OnPolicyAlgorithm(
-        name="ppo",
-        module_id=module_id,
-        learner=learner,
-        config=config,
-        explore=explore,
-        exploit=exploit,
+        **algorithm_fields("ppo", learner, config, (explore, exploit), module_id),
         rollout_steps=functools.partial(_rollout_steps, config, norm),
         postprocess=postprocess,
     )
@@ -468,18 +432,5 @@ RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
 """PPO's registry entry: its ``learner``, ``build`` and ``algorithm_for``."""
 
 build, ppo = register_builtin(
-    RECIPE,
-    OnPolicyAlgorithm,
-    parts="learner, act and postprocess",
-    doc="""A PPO :class:`~jaxlearner.Learner` for the two spaces.
-
-    The learner has one module, ``"default_policy"``, and knows its batch
-    layout, so ``learner.init(key)`` needs no sample batch.
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("CartPole-v1")
-      >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space, {"lr": 3e-4})
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    RECIPE, OnPolicyAlgorithm, doc=RECIPE.learner_doc(config='{"lr": 3e-4}')
 )

@@ -81,34 +81,35 @@ from collections.abc import Callable
 import gymnasium
 import jax
 import jax.numpy as jnp
-import optax
 
-from jaxlearner.algorithms.algorithm import OffPolicyAlgorithm
-from jaxlearner.algorithms.builtin import BuiltinAlgorithm, recipe_json, register_builtin
-from jaxlearner.algorithms.config import check_positive, check_schedule, freeze_schedule
+from jaxlearner.algorithms.algorithm import MODULE_ID, OffPolicyAlgorithm
+from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
+from jaxlearner.algorithms.config import (
+    check_positive,
+    check_schedule,
+    config_adam,
+    freeze_schedule,
+)
+from jaxlearner.algorithms.networks.acting import explore_and_exploit
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
 from jaxlearner.algorithms.replay.off_policy import (
     off_policy_algorithm,
     replay_layout,
+    replay_module_spec,
 )
 from jaxlearner.algorithms.replay.off_policy_config import check_off_policy_config
 from jaxlearner.algorithms.trajectories.normalization import (
     check_normalization_config,
-    normalization_for,
-    normalized_loss,
 )
 from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
-from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.optimizer import Optimizer
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Params
 
-MODULE_ID = "default_policy"
 DISCRETE_TARGET_ENTROPY_SCALE = 0.98
 """``target_entropy="auto"`` for ``Discrete(n)`` is this times ``log(n)`` (RLlib's old stack)."""
 
@@ -218,15 +219,10 @@ def _critics(params: Params) -> Params:
 
 
 def make_learner(
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    config: SACConfig,
+    observation_space: gymnasium.Space, action_space: gymnasium.Space, config: SACConfig
 ) -> Learner:
     """SAC's learner: one module of actor, critics and temperature, one gradient step per
-    ``update``.
-
-    Use :func:`sac` (or ``RECIPE.learner``), which also makes the typed config.
-    """
+    ``update``."""
     model = sac_networks(
         observation_space,
         action_space,
@@ -237,47 +233,23 @@ def make_learner(
     )
     distribution = model.distribution
     action_dtype = jnp.int32 if distribution.is_discrete else jnp.float32
-    layout = replay_layout(observation_space, distribution.action_shape, action_dtype)
-    if config.prioritized_replay:
-        layout["weights"] = jax.ShapeDtypeStruct((), jnp.float32)
-    observers = normalization_for(config, config.gamma).observers(observation_space)
-    return Learner(
-        {MODULE_ID: _module_spec(model, action_space, config, observers)},
-        minibatch_size=None,
-        num_epochs=1,
-        shuffle=False,
-        batch_layout={MODULE_ID: layout},
-        recipe=recipe_json("sac", observation_space, action_space, config),
-    )
-
-
-def _module_spec(
-    model: SACNetworks, action_space: gymnasium.Space, config: SACConfig, observers: tuple
-) -> ModuleSpec:
-    """The module: the per-optimizer loss (on batches normalized as the config asks), three
-    Adam optimizers, the target critics' update, the normalization statistics."""
-
-    def optimizer(lr: ScheduleLike) -> Optimizer:
-        clip, clip_by = config.grad_clip, config.grad_clip_by
-        return Optimizer(optax.adam, learning_rate=lr, grad_clip=clip, grad_clip_by=clip_by)
-
-    return ModuleSpec(
+    spec = replay_module_spec(
         model,
-        normalized_loss(
-            sac_loss(model.distribution, config.td_error_loss_fn),
-            normalization_for(config, config.gamma),
-        ),
+        sac_loss(distribution, config.td_error_loss_fn),
+        observation_space,
+        config,
         optimizers={
-            "actor": optimizer(config.actor_lr),
-            "critic": optimizer(config.critic_lr),
-            "temperature": optimizer(config.alpha_lr),
+            "actor": config_adam(config, config.actor_lr),
+            "critic": config_adam(config, config.critic_lr),
+            "temperature": config_adam(config, config.alpha_lr),
         },
         hyperparams={"target_entropy": target_entropy_for(action_space, config.target_entropy)},
         additional_updates=[critic_polyak_update(config.tau)],
-        init_input=lambda batch: batch["obs"],
-        metric_reductions={"qf_max": "max", "qf_min": "min"},
-        observers=observers,
     )
+    layout = replay_layout(
+        observation_space, distribution.action_shape, action_dtype, config.prioritized_replay
+    )
+    return single_module_learner("sac", observation_space, action_space, config, spec, layout)
 
 
 def make_algorithm(
@@ -292,15 +264,11 @@ def make_algorithm(
     discrete = model.distribution.is_discrete
     act = _act(model, int(action_space.start) if discrete else 0)
     action_dtype = jnp.int32 if discrete else jnp.float32
-    acts = (
-        lambda module, obs, key: act(module, obs, key, False),
-        lambda module, obs, key: act(module, obs, key, True),
-    )
     return off_policy_algorithm(
         "sac",
         learner,
         config,
-        acts,
+        explore_and_exploit(act),
         action_dtype,
         lambda module, batch, key: sac_td_errors(model, module, batch, key),
     )
@@ -327,23 +295,14 @@ RECIPE = BuiltinAlgorithm("sac", SACConfig, make_learner, make_algorithm)
 build, sac = register_builtin(
     RECIPE,
     OffPolicyAlgorithm,
-    parts="learner, act functions, transitions",
     action_space=(
         "a bounded 1-D ``Box`` (tanh-Gaussian actor) or a ``Discrete`` (categorical actor; "
         "a ``start`` offset is added to the actions sent to the environment)."
     ),
     type_error="for other action spaces.",
-    doc="""A SAC :class:`~jaxlearner.Learner` for the two spaces.
-
-    The learner has one module, ``"default_policy"``, with optimizers
-    ``actor``, ``critic`` and ``temperature``; it trains on whole replay
-    batches (one gradient step per ``update``) and knows its batch layout, so
-    ``learner.init(key)`` needs no sample batch.
-
-    Example:
-      >>> import gymnasium as gym, jax, jaxlearner as jl
-      >>> env = gym.make("Pendulum-v1")
-      >>> learner = jl.algorithms.sac(env.observation_space, env.action_space)
-      >>> state = learner.init(jax.random.key(0))
-    """,
+    doc=RECIPE.learner_doc(
+        "Its optimizers are ``actor``, ``critic`` and ``temperature``; it trains on whole "
+        "replay batches, one gradient step per ``update``.",
+        env_id="Pendulum-v1",
+    ),
 )

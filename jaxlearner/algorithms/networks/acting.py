@@ -7,6 +7,9 @@ sent to the environment is that sample clipped to the bounds of a ``Box`` action
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -40,3 +43,15 @@ def policy_actions(
     actions = policy.mode() if deterministic else policy.sample(key)
     env_actions = actions if box is None else jnp.clip(actions, box[0], box[1])
     return env_actions, {"actions": actions, "logp": policy.log_prob(actions)}
+
+
+def explore_and_exploit(act: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(explore, exploit)`` from ``act(module, obs, key, deterministic)``: a sample, the mode.
+
+    Example:
+      >>> explore, exploit = explore_and_exploit(act)                 # doctest: +SKIP
+      >>> env_actions, extras = exploit(module, obs, key)             # doctest: +SKIP
+    """
+    explore = lambda module, obs, key: act(module, obs, key, False)
+    exploit = lambda module, obs, key: act(module, obs, key, True)
+    return explore, exploit

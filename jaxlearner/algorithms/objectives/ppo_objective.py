@@ -5,21 +5,33 @@ semantics (see :mod:`jaxlearner.algorithms.ppo`): :func:`ppo_objective` is the
 masked objective given the model's outputs; :func:`ppo_loss` applies a
 feed-forward model to ``[B]`` rows and :func:`recurrent_ppo_loss` unrolls a
 recurrent one over ``[B, L]`` sequences; :func:`ppo_batch_layout` and
-:func:`ppo_sequence_batch_layout` are the batches they read.
+:func:`ppo_sequence_batch_layout` are the batches they read; :func:`check_ppo_fields`
+checks the config fields PPO and APPO share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlearner.algorithms.config import (
+    check_bool,
+    check_fraction,
+    check_non_negative,
+    check_policy_network_config,
+    check_positive,
+    check_schedule,
+    freeze_schedules,
+)
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
 from jaxlearner.algorithms.networks.recurrent import initial_carry, unroll
 from jaxlearner.algorithms.networks.spaces import zero_observation
+from jaxlearner.algorithms.trajectories.normalization import check_normalization_config
 from jaxlearner.core.context import LossContext
 from jaxlearner.types import Batch, Model, Params
 
@@ -171,3 +183,35 @@ def ppo_sequence_batch_layout(
     )
     is_first = jax.ShapeDtypeStruct((max_seq_len,), np.dtype(np.bool_))
     return {**steps, "is_first": is_first, "state_in": carry}
+
+
+def check_ppo_fields(config: Any) -> None:
+    """Checks the fields PPO's and APPO's configs share (each keeps them itself, with RLlib's
+    flat names), and stores their schedules as tuples.
+
+    ``gamma`` and ``lambda_`` in ``[0, 1]``; the normalization fields; ``lr``,
+    ``clip_param`` and ``entropy_coeff`` schedules; ``kl_target`` positive;
+    ``kl_coeff`` and ``vf_loss_coeff`` finite and ``>= 0``; the actor-critic network and
+    ``ortho_init``.
+
+    Args:
+      config: a frozen ``PPOConfig`` or ``APPOConfig``; its class name starts each message.
+
+    Raises:
+      ValueError: naming the field, the value received and what is valid.
+      TypeError: for an ``ortho_init`` that is not a bool.
+
+    Example:
+      >>> check_ppo_fields(PPOConfig())                                 # doctest: +SKIP
+    """
+    owner = type(config).__name__
+    check_fraction(owner, gamma=config.gamma, lambda_=config.lambda_)
+    check_normalization_config(owner, config)
+    check_schedule(
+        owner, lr=config.lr, clip_param=config.clip_param, entropy_coeff=config.entropy_coeff
+    )
+    check_positive(owner, kl_target=config.kl_target)
+    check_non_negative(owner, kl_coeff=config.kl_coeff, vf_loss_coeff=config.vf_loss_coeff)
+    check_policy_network_config(config)
+    check_bool(owner, ortho_init=config.ortho_init)
+    freeze_schedules(config, "lr", "clip_param", "entropy_coeff")

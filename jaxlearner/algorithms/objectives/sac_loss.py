@@ -137,7 +137,6 @@ def sac_terms(
       ``[critics, B]``, the gradient-free ``target`` ``[B]``, the actor's
       objective ``[B]`` and ``logps`` ``[B]``.
     """
-    terms = _discrete_terms if distribution.is_discrete else _continuous_terms
     log_alpha = ctx.apply(params, method="log_alpha")
     alpha = jax.lax.stop_gradient(jnp.exp(log_alpha))
     rows = batch["obs"].shape[0]
@@ -145,9 +144,11 @@ def sac_terms(
     both = jnp.concatenate([batch["obs"], batch["next_obs"]])
     dist_inputs = ctx.apply(params, both, method="policy")
     nets = _param_views(params, ctx.extra[TARGET])
-    q_taken, next_value, actor_objective, logps = terms(
-        distribution, ctx, batch, (dist_inputs[:rows], dist_inputs[rows:]), alpha, nets
-    )
+    inputs = _TermInputs(ctx, batch, dist_inputs[:rows], dist_inputs[rows:], alpha, nets)
+    if distribution.is_discrete:
+        q_taken, next_value, actor_objective, logps = _discrete_terms(inputs)
+    else:
+        q_taken, next_value, actor_objective, logps = _continuous_terms(distribution, inputs)
     target = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * next_value)
     return SACTerms(log_alpha, alpha, q_taken, target, actor_objective, logps)
 
@@ -195,17 +196,26 @@ def _param_views(params: Params, target_critic: Params) -> _Params:
     )
 
 
+class _TermInputs(NamedTuple):
+    """What the terms of either action kind are computed from (``dist_inputs`` at ``s``,
+    ``next_dist_inputs`` at ``s'``, ``alpha`` gradient-free)."""
+
+    ctx: LossContext
+    batch: Batch
+    dist_inputs: jax.Array
+    next_dist_inputs: jax.Array
+    alpha: jax.Array
+    nets: _Params
+
+
 def _continuous_terms(
-    distribution: DistributionSpec,
-    ctx: LossContext,
-    batch: Batch,
-    dist_inputs: tuple[jax.Array, jax.Array],
-    alpha: jax.Array,
-    nets: _Params,
+    distribution: DistributionSpec, inputs: _TermInputs
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """``Q_i(s, a) [C, B]``, ``E[min_i Q_target_i(s', a') - alpha logp'] [B]``, the actor's
     objective ``alpha logp~ - min_i Q_i(s, a~) [B]`` and ``logp~ [B]``, with sampled actions."""
-    now, nxt = (make_distribution(distribution, x) for x in dist_inputs)
+    ctx, batch, _, _, alpha, nets = inputs
+    now = make_distribution(distribution, inputs.dist_inputs)
+    nxt = make_distribution(distribution, inputs.next_dist_inputs)
     next_key, current_key = jax.random.split(ctx.key)
     next_actions, next_logp = nxt.sample_and_log_prob(next_key)
     next_q = ctx.apply(nets.target, batch["next_obs"], next_actions, method="q_values")
@@ -216,18 +226,12 @@ def _continuous_terms(
     return q_taken, next_value, alpha * logps - q_policy, logps
 
 
-def _discrete_terms(
-    distribution: DistributionSpec,
-    ctx: LossContext,
-    batch: Batch,
-    dist_inputs: tuple[jax.Array, jax.Array],
-    alpha: jax.Array,
-    nets: _Params,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def _discrete_terms(inputs: _TermInputs) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """As :func:`_continuous_terms`, with exact expectations over the ``n`` actions; the last
     output is ``sum_a pi(a|s) log pi(a|s)``, minus the policy's entropy."""
-    del distribution
-    log_probs, next_log_probs = (jax.nn.log_softmax(x, axis=-1) for x in dist_inputs)
+    ctx, batch, _, _, alpha, nets = inputs
+    log_probs = jax.nn.log_softmax(inputs.dist_inputs, axis=-1)
+    next_log_probs = jax.nn.log_softmax(inputs.next_dist_inputs, axis=-1)
     next_q = ctx.apply(nets.target, batch["next_obs"], method="q_values").min(axis=0)
     next_value = jnp.sum(jnp.exp(next_log_probs) * (next_q - alpha * next_log_probs), axis=-1)
     q_all = ctx.apply(nets.live, batch["obs"], method="q_values")  # [C, B, n]

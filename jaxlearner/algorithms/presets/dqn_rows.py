@@ -8,6 +8,22 @@ from jaxlearner.algorithms.presets.sb3 import zoo_row
 
 _MLP = {"net_arch": (256, 256)}
 
+_LUNAR_LANDER = {
+    "n_timesteps": 1e5,
+    "learning_rate": 6.3e-4,
+    "batch_size": 128,
+    "buffer_size": 50000,
+    "learning_starts": 0,
+    "gamma": 0.99,
+    "target_update_interval": 250,
+    "train_freq": 4,
+    "gradient_steps": -1,
+    "exploration_fraction": 0.12,
+    "exploration_final_eps": 0.1,
+    "policy_kwargs": _MLP,
+}
+"""The zoo's ``LunarLander-v3`` entry; it writes the same values again for ``Acrobot-v1``."""
+
 ROWS: tuple[Preset, ...] = (
     zoo_row(
         "dqn",
@@ -47,43 +63,7 @@ ROWS: tuple[Preset, ...] = (
             "policy_kwargs": _MLP,
         },
     ),
-    zoo_row(
-        "dqn",
-        "LunarLander-v3",
-        "LunarLander-v3",
-        {
-            "n_timesteps": 1e5,
-            "learning_rate": 6.3e-4,
-            "batch_size": 128,
-            "buffer_size": 50000,
-            "learning_starts": 0,
-            "gamma": 0.99,
-            "target_update_interval": 250,
-            "train_freq": 4,
-            "gradient_steps": -1,
-            "exploration_fraction": 0.12,
-            "exploration_final_eps": 0.1,
-            "policy_kwargs": _MLP,
-        },
-    ),
-    zoo_row(
-        "dqn",
-        "Acrobot-v1",
-        "Acrobot-v1",
-        {
-            "n_timesteps": 1e5,
-            "learning_rate": 6.3e-4,
-            "batch_size": 128,
-            "buffer_size": 50000,
-            "learning_starts": 0,
-            "gamma": 0.99,
-            "target_update_interval": 250,
-            "train_freq": 4,
-            "gradient_steps": -1,
-            "exploration_fraction": 0.12,
-            "exploration_final_eps": 0.1,
-            "policy_kwargs": _MLP,
-        },
-    ),
+    zoo_row("dqn", "LunarLander-v3", "LunarLander-v3", _LUNAR_LANDER),
+    zoo_row("dqn", "Acrobot-v1", "Acrobot-v1", _LUNAR_LANDER),
 )
 """DQN's RL Zoo rows (classic control)."""

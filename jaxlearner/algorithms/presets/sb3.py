@@ -211,12 +211,13 @@ def _ppo(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
     }
 
 
-def _replay_ratio(zoo: Mapping[str, Any], num_envs: int) -> tuple[int, float | None]:
-    """``(rollout_fragment_length, training_intensity)`` for ``train_freq``/``gradient_steps``.
+def _replay(zoo: Mapping[str, Any], num_envs: int) -> dict[str, Any]:
+    """The replay fields DQN and SAC share: batch, buffer, warm-up and the replay ratio.
 
-    SB3 collects ``train_freq`` steps of each env, then takes ``gradient_steps`` updates
-    (-1: one per env step collected); our ``training_intensity`` is rows trained on per env
-    step, ``updates per env step x train_batch_size`` (``None``: one update per env step).
+    SB3 collects ``train_freq`` steps of each env (our ``rollout_fragment_length``), then
+    takes ``gradient_steps`` updates (-1: one per env step collected); our
+    ``training_intensity`` is rows trained on per env step, ``updates per env step x
+    train_batch_size`` (``None``: one update per env step).
     """
     train_freq, gradient_steps = zoo["train_freq"], int(zoo["gradient_steps"])
     if isinstance(train_freq, bool) or not isinstance(train_freq, int):
@@ -224,14 +225,20 @@ def _replay_ratio(zoo: Mapping[str, Any], num_envs: int) -> tuple[int, float | N
     collected = train_freq * num_envs
     updates = collected if gradient_steps == -1 else gradient_steps
     per_step = updates / collected
-    return train_freq, None if per_step == 1 else per_step * int(zoo["batch_size"])
+    batch_size = int(zoo["batch_size"])
+    return {
+        "train_batch_size": batch_size,
+        "replay_buffer_capacity": int(zoo["buffer_size"]),
+        "num_steps_sampled_before_learning_starts": int(zoo["learning_starts"]),
+        "rollout_fragment_length": train_freq,
+        "training_intensity": None if per_step == 1 else per_step * batch_size,
+    }
 
 
 def _sac(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -> dict[str, Any]:
     """SAC's fields: one learning rate for the actor, critics and temperature, as SB3's."""
     zoo = _take(values, SAC_DEFAULTS)
     lr = schedule(zoo["learning_rate"], budget)
-    fragment, intensity = _replay_ratio(zoo, num_envs)
     ent_coef = zoo["ent_coef"]
     alpha: dict[str, Any] = {"initial_alpha": 1.0, "alpha_lr": lr}
     if isinstance(ent_coef, str) and ent_coef.startswith("auto_"):
@@ -246,11 +253,7 @@ def _sac(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
         "target_entropy": "auto",
         "gamma": float(zoo["gamma"]),
         "tau": float(zoo["tau"]),
-        "train_batch_size": int(zoo["batch_size"]),
-        "replay_buffer_capacity": int(zoo["buffer_size"]),
-        "num_steps_sampled_before_learning_starts": int(zoo["learning_starts"]),
-        "rollout_fragment_length": fragment,
-        "training_intensity": intensity,
+        **_replay(zoo, num_envs),
         "n_step": 1,
         "twin_q": True,
         "td_error_loss_fn": "mse",
@@ -262,16 +265,11 @@ def _dqn(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
     """DQN's fields: SB3's DQN has neither double-Q nor dueling; epsilon falls linearly over
     ``exploration_fraction`` of the budget, then holds."""
     zoo = _take(values, DQN_DEFAULTS)
-    fragment, intensity = _replay_ratio(zoo, num_envs)
     decay_steps = int(float(zoo["exploration_fraction"]) * budget)
     return {
         "lr": schedule(zoo["learning_rate"], budget),
         "gamma": float(zoo["gamma"]),
-        "train_batch_size": int(zoo["batch_size"]),
-        "replay_buffer_capacity": int(zoo["buffer_size"]),
-        "num_steps_sampled_before_learning_starts": int(zoo["learning_starts"]),
-        "rollout_fragment_length": fragment,
-        "training_intensity": intensity,
+        **_replay(zoo, num_envs),
         "target_network_update_freq": int(zoo["target_update_interval"]),
         "tau": float(zoo["tau"]),
         "epsilon": (

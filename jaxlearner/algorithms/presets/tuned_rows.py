@@ -8,10 +8,18 @@ with sbx's DQN at RL Zoo's settings.
 
 from __future__ import annotations
 
+import functools
+
 from jaxlearner.algorithms.presets.preset import Preset
 
+_tuned = functools.partial(Preset, origin="jaxlearner")
+"""A :class:`Preset` tuned here (origin ``"jaxlearner"``)."""
+
+_OFFLINE = "Offline: trains on --dataset; max_steps and eval_every count dataset rows."
+"""The offline rows' notes."""
+
 ROWS: tuple[Preset, ...] = (
-    Preset(
+    _tuned(
         algorithm="dqn",
         env_id="CartPole-v1",
         config={
@@ -32,9 +40,8 @@ ROWS: tuple[Preset, ...] = (
         "envs and a target copy every 256 env steps (RLlib's double-Q and dueling): to two "
         "evaluations >= 475 (seed 0, a 2-core CPU) RL Zoo's row took 35.8k env steps and 2.6x "
         "the time, this one 7.7k.",
-        origin="jaxlearner",
     ),
-    Preset(
+    _tuned(
         algorithm="sac",
         env_id="Pendulum-v1",
         config={
@@ -52,9 +59,8 @@ ROWS: tuple[Preset, ...] = (
         notes="One update per env step and lr 1e-3 as RL Zoo, with 64x64 networks and batches "
         "of 128: RL Zoo's 256x256 and 256 reached -250 in the same env steps (6k, seed 0) in "
         "3.5x the time on a 2-core CPU, where their update is compute-bound.",
-        origin="jaxlearner",
     ),
-    Preset(
+    _tuned(
         algorithm="appo",
         env_id="CartPole-v1",
         config={
@@ -72,9 +78,8 @@ ROWS: tuple[Preset, ...] = (
         max_steps=200_000,
         eval_every=5120,
         source="jaxlearner: tuned here (RL Zoo has no APPO)",
-        origin="jaxlearner",
     ),
-    Preset(
+    _tuned(
         algorithm="bc",
         env_id="CartPole-v1",
         config={"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64)},
@@ -82,10 +87,9 @@ ROWS: tuple[Preset, ...] = (
         max_steps=500_000,
         eval_every=10_000,
         source="jaxlearner: tuned here (offline; RL Zoo has no BC)",
-        notes="Offline: trains on --dataset; max_steps and eval_every count dataset rows.",
-        origin="jaxlearner",
+        notes=_OFFLINE,
     ),
-    Preset(
+    _tuned(
         algorithm="marwil",
         env_id="CartPole-v1",
         config={"lr": 1e-3, "train_batch_size": 256, "hidden_sizes": (64, 64), "beta": 0.5},
@@ -93,8 +97,7 @@ ROWS: tuple[Preset, ...] = (
         max_steps=1_000_000,
         eval_every=10_000,
         source="jaxlearner: tuned here (offline; RL Zoo has no MARWIL)",
-        notes="Offline: trains on --dataset; max_steps and eval_every count dataset rows.",
-        origin="jaxlearner",
+        notes=_OFFLINE,
     ),
 )
 """The rows tuned here."""

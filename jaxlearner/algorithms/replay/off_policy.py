@@ -58,14 +58,17 @@ from jaxlearner.algorithms.algorithm import (
     OffPolicyAlgorithm,
     PrioritizedReplay,
     TDErrorsFn,
+    algorithm_fields,
 )
 from jaxlearner.algorithms.networks.spaces import zero_observation
 from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields
-from jaxlearner.algorithms.trajectories.normalization import normalization_for
+from jaxlearner.algorithms.trajectories.normalization import normalization_for, normalized_loss
 from jaxlearner.algorithms.trajectories.returns import n_step_rewards
+from jaxlearner.core.context import LossFn
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.metrics import last_update_metrics
+from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.state import LearnerState
 from jaxlearner.types import Batch, Metrics
 
@@ -110,12 +113,7 @@ def off_policy_algorithm(
         return config.rollout_fragment_length
 
     return OffPolicyAlgorithm(
-        name=name,
-        module_id="default_policy",
-        learner=learner,
-        config=config,
-        explore=explore,
-        exploit=exploit,
+        **algorithm_fields(name, learner, config, (explore, exploit)),
         rollout_steps=rollout_steps,
         transitions=lambda experience: replay_transitions(
             experience, config.n_step, config.gamma, action_dtype
@@ -125,6 +123,29 @@ def off_policy_algorithm(
         learning_starts=config.num_steps_sampled_before_learning_starts,
         updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
         prioritized_replay=prioritized,
+    )
+
+
+def replay_module_spec(
+    model: Any, loss: LossFn, observation_space: Any, config: OffPolicyFields, **options: Any
+) -> ModuleSpec:
+    """DQN's or SAC's module: ``loss`` and what both specs add to it.
+
+    The loss sees batches normalized as the config asks (observations sampled raw from
+    the buffer, :func:`~jaxlearner.algorithms.trajectories.normalization.normalized_loss`),
+    the module's observers update the normalization statistics, the params are initialized
+    from the batch's ``obs`` and the metrics ``qf_max`` and ``qf_min`` are reduced by max and
+    min. ``options`` are the rest of the :class:`~jaxlearner.ModuleSpec` (optimizers,
+    hyperparams, additional updates).
+    """
+    norm = normalization_for(config, config.gamma)
+    return ModuleSpec(
+        model,
+        normalized_loss(loss, norm),
+        init_input=lambda batch: batch["obs"],
+        metric_reductions={"qf_max": "max", "qf_min": "min"},
+        observers=norm.observers(observation_space),
+        **options,
     )
 
 
@@ -176,13 +197,17 @@ def replay_transitions(
 
 
 def replay_layout(
-    observation_space: Any, action_shape: tuple[int, ...], action_dtype: Any
+    observation_space: Any,
+    action_shape: tuple[int, ...],
+    action_dtype: Any,
+    prioritized: bool = False,
 ) -> dict[str, jax.ShapeDtypeStruct]:
-    """The trailing shapes and dtypes of :func:`replay_transitions`' rows (a batch layout)."""
+    """The trailing shapes and dtypes of :func:`replay_transitions`' rows (a batch layout),
+    plus the importance ``weights`` the replay loop adds to a batch when ``prioritized``."""
     obs = zero_observation(observation_space)
     row = jax.ShapeDtypeStruct((), np.float32)
     observation = jax.ShapeDtypeStruct(obs.shape, obs.dtype)
-    return {
+    layout = {
         "obs": observation,
         "actions": jax.ShapeDtypeStruct(action_shape, np.dtype(action_dtype)),
         "rewards": row,
@@ -190,6 +215,9 @@ def replay_layout(
         "discounts": row,
         "mask": row,
     }
+    if prioritized:
+        layout["weights"] = row
+    return layout
 
 
 def updates_per_step(training_intensity: float | None, train_batch_size: int) -> float:
