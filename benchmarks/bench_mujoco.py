@@ -10,8 +10,10 @@ to exit: ``jaxlearner train ALGO --env ENV --max-steps N --seed S`` (the env's p
 Zoo's settings translated, with ``norm_obs``/``norm_reward`` where the zoo normalizes;
 compilation cache off), then ``peer_mujoco.py`` in the peer virtualenv (SB3 PPO or sbx SAC
 with the zoo's entry, ``VecNormalize`` where it normalizes). Both evaluate every
-``--eval-every-*`` env steps and at the end, 10 deterministic episodes on a separate env
-with frozen statistics. Reported per row: the mean and spread (min, max) of the final
+``--eval-every-*`` env steps, 10 deterministic episodes on a separate env with frozen
+statistics, and the final policy the same way (jaxlearner's with ``jaxlearner eval`` on its
+last checkpoint, after the timed run: the command line prints its closing evaluation but
+does not keep it in the run folder). Reported per row: the mean and spread (min, max) of the final
 evaluation over seeds, env steps per second of the whole process, and wall time; the
 ratios jaxlearner / peer of wall time; the load average before and after. Writes
 ``benchmarks/results/bench_mujoco.json`` and one learning-curve PNG per workload with both
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -64,7 +67,24 @@ def ours(algorithm: str, env: str, steps: int, seed: int, every: int, out: pathl
     command += ["--max-steps", str(steps), "--eval-every", str(every), "--seed", str(seed)]
     command += ["--out", str(out), "--no-compilation-cache", "--no-progress"]
     wall, _ = timed(command)
-    return wall, *final_evaluation(out)
+    return wall, *closing_evaluation(out)
+
+
+def closing_evaluation(run: pathlib.Path) -> tuple[float, float]:
+    """The final policy's 10-episode deterministic evaluation (``jaxlearner eval RUN``, on
+    the last checkpoint, after the timed run) and the env steps it was trained for; the
+    command line's own closing evaluation is printed, not kept in the run folder."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxlearner.cli", "eval", str(run), "--episodes", "10"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r"return (-?[0-9.]+)", done.stdout)
+    if found is None:
+        raise RuntimeError(f"jaxlearner eval {run} printed no return: {done.stdout!r}")
+    rows = read_json_lines(run / "metrics.jsonl")
+    return float(found.group(1)), max(float(r.get("env_steps", 0)) for r in rows)
 
 
 def peer(python: str, algorithm: str, env: str, steps: int, seed: int, every: int, out):
