@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -186,3 +189,18 @@ class ListWriter:
 
     def close(self):
         pass
+
+
+def symlink_a_checkpoint_file(step, which, tmp_path):
+    """Replaces one file of a checkpoint step (its ``"metadata"``, or its largest array file)
+    by a symbolic link to a copy with the same bytes elsewhere: only the link is wrong.
+    Returns the replaced file's path."""
+    if which == "metadata":
+        target = step / "jaxlearner" / "metadata"
+    else:
+        target = max((p for p in (step / "state").rglob("*") if p.is_file()), key=os.path.getsize)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copyfile(target, elsewhere)
+    target.unlink()
+    target.symlink_to(elsewhere)
+    return target

@@ -6,10 +6,10 @@ refused; a checkpoint whose metadata or array file is a symbolic link is refused
 by ``eval`` and ``train --resume`` in one line.
 """
 
-import os
 import shutil
 
 import pytest
+from helpers import symlink_a_checkpoint_file
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 
@@ -95,14 +95,7 @@ def test_a_symlink_in_a_checkpoint_is_one_line_from_eval_and_resume(run, which, 
     copy = tmp_path / "R"
     shutil.copytree(run, copy)
     step = copy / "checkpoints" / "2"
-    if which == "metadata":
-        target = step / "jaxlearner" / "metadata"
-    else:
-        target = max((p for p in (step / "state").rglob("*") if p.is_file()), key=os.path.getsize)
-    elsewhere = tmp_path / "elsewhere"
-    shutil.copyfile(target, elsewhere)  # the same bytes: only the link is wrong
-    target.unlink()
-    target.symlink_to(elsewhere)
+    target = symlink_a_checkpoint_file(step, which, tmp_path)
     metrics = (copy / "metrics.jsonl").read_bytes()
     for argv in (["eval", str(copy), "--episodes", "1"], ["train", "--resume", str(copy)]):
         refused(argv, capsys, f"{target} is a symbolic link")

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import optax
 import pytest
-from helpers import mse_loss, regression_batch
+from helpers import mse_loss, regression_batch, symlink_a_checkpoint_file
 
 import jaxlearner as jl
 from jaxlearner.checkpoint.manager import CheckpointCorruptedError, CheckpointManager
@@ -25,7 +25,7 @@ import os, sys, time
 sys.path.insert(0, {TESTS!r})
 import flax.linen as nn, jax, optax
 import jaxlearner as jl
-from helpers import mse_loss, regression_batch
+from helpers import mse_loss, regression_batch, symlink_a_checkpoint_file
 learner = jl.Learner({{"m": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.adam(1e-3))}},
                      minibatch_size=16, sample_batch=regression_batch())
 state = learner.init(jax.random.key(0), regression_batch())
@@ -180,14 +180,7 @@ def test_a_symlink_in_a_step_is_refused_naming_it(tmp_path, which):
     with CheckpointManager(tmp_path / "run", async_save=False) as ckpt:
         ckpt.save(1, state, learner)
     step = tmp_path / "run" / "1"
-    if which == "metadata":
-        target = step / "jaxlearner" / "metadata"
-    else:
-        target = max((p for p in (step / "state").rglob("*") if p.is_file()), key=os.path.getsize)
-    elsewhere = tmp_path / "elsewhere"
-    shutil.copyfile(target, elsewhere)  # the same bytes: only the link is wrong
-    target.unlink()
-    target.symlink_to(elsewhere)
+    target = symlink_a_checkpoint_file(step, which, tmp_path)
     reader = CheckpointManager(tmp_path / "run", read_only=True)
     with pytest.raises(CheckpointCorruptedError, match=rf"{target} is a symbolic link"):
         reader.restore(learner)
