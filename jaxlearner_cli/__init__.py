@@ -113,6 +113,28 @@ def exiting_on_signal() -> Iterator[None]:
         yield
 
 
+def quiet_interrupts(hook: Callable[[object], object]) -> Callable[[object], object]:
+    """``sys.unraisablehook`` that drops an :class:`Interrupted` Python could not raise.
+
+    A signal that lands while Python runs a garbage-collection callback or a
+    ``__del__`` (JAX's ``_xla_gc_callback``, say) raises :class:`Interrupted` where
+    no caller can receive it: Python would print ``Exception ignored in ...`` with a
+    traceback. The catcher has remembered the signal (``received``), so the command
+    still stops and says so in its one line; this hook keeps that traceback out of
+    it and passes every other unraisable exception to ``hook``.
+
+    Example:
+      >>> sys.unraisablehook = quiet_interrupts(sys.unraisablehook)  # doctest: +SKIP
+    """
+
+    def unraisable(report: object) -> object:
+        if isinstance(getattr(report, "exc_value", None), Interrupted):
+            return None
+        return hook(report)
+
+    return unraisable
+
+
 def interrupted_line(command: str, number: int) -> str:
     """The one line an interrupted command ends with: ``jaxlearner train: interrupted by SIGINT``.
 
@@ -134,6 +156,7 @@ def main() -> NoReturn:
     catcher = SignalCatcher()
     for number in SIGNALS:
         signal.signal(number, catcher)
+    sys.unraisablehook = quiet_interrupts(sys.unraisablehook)
     from jaxlearner.cli.main import main as run  # a signal here ends the process at once
 
     try:

@@ -134,3 +134,18 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly():
         ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=60
     )
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_an_interrupt_python_cannot_raise_is_not_printed():
+    # A signal inside a gc callback raises where no caller receives it ("Exception ignored
+    # in ..."): the catcher has remembered it; the hook keeps the traceback off stderr.
+    import types
+
+    from jaxlearner_cli import Interrupted, quiet_interrupts
+
+    seen = []
+    hook = quiet_interrupts(seen.append)
+    hook(types.SimpleNamespace(exc_value=Interrupted(signal.SIGTERM), object=None))
+    other = types.SimpleNamespace(exc_value=ValueError("kept"), object=None)
+    hook(other)
+    assert seen == [other]
