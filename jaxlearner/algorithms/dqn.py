@@ -119,7 +119,6 @@ from jaxlearner.algorithms.replay.off_policy import (
     td_error_loss,
 )
 from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES, check_off_policy_config
-from jaxlearner.algorithms.trajectories.normalization import check_normalization_config
 from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -167,7 +166,6 @@ class DQNConfig:
         for name in ("lr", "tau", "epsilon"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_off_policy_config(owner, self)
-        check_normalization_config(owner, self)
         check_schedule(owner, lr=self.lr, epsilon=self.epsilon)
         check_positive(owner, adam_epsilon=self.adam_epsilon)
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)

@@ -100,9 +100,6 @@ from jaxlearner.algorithms.replay.off_policy import (
     replay_module_spec,
 )
 from jaxlearner.algorithms.replay.off_policy_config import check_off_policy_config
-from jaxlearner.algorithms.trajectories.normalization import (
-    check_normalization_config,
-)
 from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -152,7 +149,6 @@ class SACConfig:
         for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_off_policy_config(owner, self)
-        check_normalization_config(owner, self)
         check_schedule(
             owner, actor_lr=self.actor_lr, critic_lr=self.critic_lr, alpha_lr=self.alpha_lr
         )

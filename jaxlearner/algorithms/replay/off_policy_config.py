@@ -16,6 +16,7 @@ from jaxlearner.algorithms.config import (
     check_positive_int,
     check_schedule,
 )
+from jaxlearner.algorithms.trajectories.normalization import check_normalization_config
 from jaxlearner.core.optimizer import CLIP_MODES
 from jaxlearner.core.schedules import ScheduleLike
 
@@ -68,13 +69,16 @@ def check_off_policy_config(owner: str, config: OffPolicyFields) -> None:
         positive ``training_intensity`` and ``grad_clip``; ``td_error_loss_fn``
         in :data:`TD_ERROR_LOSSES`, ``grad_clip_by`` in ``CLIP_MODES``;
         ``hidden_sizes`` positive ints; a known ``activation``; the
-        prioritized replay fields (:func:`check_prioritized_replay_config`).
+        prioritized replay fields (:func:`check_prioritized_replay_config`); the
+        normalization fields the config keeps
+        (:func:`~jaxlearner.algorithms.trajectories.normalization.check_normalization_config`).
       TypeError: for a ``tau`` that is neither a number nor a schedule.
 
     Example:
       >>> check_off_policy_config("DQNConfig", DQNConfig())        # doctest: +SKIP
     """
     check_prioritized_replay_config(owner, config)
+    check_normalization_config(owner, config)
     check_schedule(owner, tau=config.tau)
     check_fraction(owner, gamma=config.gamma)
     if isinstance(config.tau, int | float) and not 0 < config.tau <= 1:
