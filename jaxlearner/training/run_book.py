@@ -42,6 +42,7 @@ from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.errors import NonFiniteError
 from jaxlearner.training.env_runner import EnvRunner, evaluate
+from jaxlearner.training.history import History
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.run_loop import Steppable, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
@@ -112,7 +113,7 @@ class RunBook(Generic[CountersT]):
                 f"RunBook's counters must be a dataclass instance; got {type(counters).__name__}."
             )
         self.counters: CountersT = counters
-        self.history: list[dict[str, float]] = []
+        self.history: History = History()
         self.stop_requested = False
         self._owner, self._counters_key = owner, counters_key
         self._writers, self._progress = tuple(writers), progress
@@ -250,7 +251,7 @@ class RunBook(Generic[CountersT]):
         if check is not None:
             check(extra)
         self.counters = type(self.counters)(**extra[self._counters_key])
-        self.history = checkpoint_metadata.history_from_json(extra.get("history", []))
+        self.history = History(checkpoint_metadata.history_from_json(extra.get("history", [])))
         return RestoredRun(state, extra, dict(arrays))
 
     def evaluate(

@@ -21,6 +21,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from jaxlearner.training.history import column
+
 History = Sequence[Mapping[str, float]]
 
 
@@ -32,7 +34,7 @@ class StopCondition(Protocol):
 
 
 def _values(history: History, key: str) -> list[float]:
-    return [float(entry[key]) for entry in history if key in entry]
+    return column(history, key)
 
 
 def _check_key(key: object) -> None:
