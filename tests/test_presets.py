@@ -102,8 +102,10 @@ def test_the_cartpole_ppo_row_is_what_the_command_line_used_before():
         hidden_sizes=(64, 64),
     )
     config, row = jl.algorithms.preset("ppo", "CartPole-v1")
-    # 1e10 instead of 1e6: no clipping either way (CartPole's squared errors stay below 2500).
-    assert dataclasses.replace(config, vf_clip_param=1e6) == before
+    # 1e10 instead of 1e6: no clipping either way (CartPole's squared errors stay below 2500);
+    # and Adam's epsilon is now SB3's for PPO.
+    assert config.adam_epsilon == 1e-5
+    assert dataclasses.replace(config, vf_clip_param=1e6, adam_epsilon=1e-8) == before
     assert (row.num_envs, row.max_steps, row.eval_every) == (8, 100_000, 2048)
 
 
@@ -238,3 +240,19 @@ def test_a_zoo_entry_that_does_not_translate_fails_naming_it(hyperparams, messag
     with pytest.raises(ValueError, match="^rl_zoo3/hyperparams/ppo.yml: E-v0: ") as raised:
         zoo_row("ppo", "E-v0", "E-v0", hyperparams)
     assert message in str(raised.value)
+
+
+def test_zoo_ppo_rows_use_sb3s_adam_epsilon_and_the_library_keeps_pytorchs():
+    rows = jl.algorithms.presets.preset_rows("ppo", origin="rl_zoo3")
+    assert rows and all(row.config["adam_epsilon"] == 1e-5 for row in rows)
+    assert jl.algorithms.PPOConfig().adam_epsilon == 1e-8
+    with pytest.raises(ValueError, match="adam_epsilon"):
+        jl.algorithms.PPOConfig(adam_epsilon=0.0)
+
+
+def test_ppos_adam_gets_the_configs_epsilon():
+    env = gymnasium.make("CartPole-v1")
+    config = jl.algorithms.PPOConfig(adam_epsilon=1e-5, hidden_sizes=(8,))
+    learner = jl.algorithms.ppo(env.observation_space, env.action_space, config)
+    (optimizer,) = learner.specs["default_policy"].named_optimizers.values()
+    assert optimizer.hyperparams["eps"] == 1e-5

@@ -7,6 +7,8 @@ defaults follow RLlib's ``PPOConfig`` (new API stack):
 field                       default         meaning (RLlib's name where it differs)
 ==========================  ==============  =====================================================
 ``lr``                      5e-5            Adam learning rate; constant or piecewise schedule
+``adam_epsilon``            1e-8            Adam's epsilon (PyTorch's default, as RLlib's; SB3's
+                                            PPO uses 1e-5, which the RL Zoo presets set)
 ``gamma``                   0.99            discount
 ``lambda_``                 1.0             GAE lambda
 ``clip_param``              0.3             surrogate clip ``epsilon`` (schedulable)
@@ -120,6 +122,7 @@ class PPOConfig:
     """PPO's configuration; see the module docstring for each field and RLlib's default."""
 
     lr: ScheduleLike = 5e-5
+    adam_epsilon: float = 1e-8
     gamma: float = 0.99
     lambda_: float = 1.0
     clip_param: ScheduleLike = 0.3
@@ -155,7 +158,9 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_ppo_fields(self)
-        check_positive("PPOConfig", vf_clip_param=self.vf_clip_param)
+        check_positive(
+            "PPOConfig", vf_clip_param=self.vf_clip_param, adam_epsilon=self.adam_epsilon
+        )
         check_positive_int(
             "PPOConfig",
             train_batch_size=self.train_batch_size,
@@ -262,7 +267,7 @@ def _module_spec(
     return ModuleSpec(
         model,
         loss,
-        config_adam(config),
+        config_adam(config, eps=config.adam_epsilon),
         hyperparams={
             "clip_param": config.clip_param,
             "vf_clip_param": config.vf_clip_param,

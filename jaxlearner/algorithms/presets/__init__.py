@@ -23,6 +23,8 @@ SB3 / RL Zoo                           jaxlearner
 ``n_epochs``                           PPO: ``num_epochs``
 ``learning_rate``                      PPO, DQN: ``lr``; SAC: ``actor_lr``, ``critic_lr`` and
                                        ``alpha_lr`` (SB3 uses one rate for all three)
+(PPO's Adam, always)                   PPO: ``adam_epsilon = 1e-5`` (SB3's ``ActorCriticPolicy``
+                                       gives Adam ``eps=1e-5``; PyTorch's and our default is 1e-8)
 ``lin_X``                              ``((0, X), (n_timesteps, 0))``: a piecewise schedule from X
                                        to 0 over env steps, SB3's ``X * progress_remaining``
 ``gamma``                              ``gamma``

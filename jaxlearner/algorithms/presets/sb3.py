@@ -20,6 +20,10 @@ NO_VALUE_CLIP = 1e10
 """``vf_clip_param`` for SB3's ``clip_range_vf=None``: our PPO clips the squared value error
 at ``vf_clip_param`` (RLlib's rule); no squared error reaches this."""
 
+SB3_PPO_ADAM_EPSILON = 1e-5
+"""Adam's epsilon in SB3's PPO: ``ActorCriticPolicy`` passes ``eps=1e-5`` to Adam unless
+``optimizer_kwargs`` say otherwise (PyTorch's default, ours, is 1e-8)."""
+
 ZOO_EVAL_EVERY = 25_000
 """RL Zoo's evaluation cadence in env steps (``rl_zoo3/train.py``'s ``--eval-freq`` default)."""
 
@@ -197,6 +201,7 @@ def _ppo(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
         )
     return {
         "lr": schedule(zoo["learning_rate"], budget),
+        "adam_epsilon": SB3_PPO_ADAM_EPSILON,
         "gamma": float(zoo["gamma"]),
         "lambda_": float(zoo["gae_lambda"]),
         "clip_param": schedule(zoo["clip_range"], budget),
