@@ -11,6 +11,7 @@ import time
 import gymnasium as gym
 import pytest
 
+import jaxlearner as jl
 from jaxlearner import algorithms
 from jaxlearner.cli import DEFAULTS, main
 from jaxlearner.cli import NO_CACHE_VARIABLE as NO_CACHE
@@ -187,6 +188,12 @@ def test_checkpoints_land_where_the_options_say(options, steps, tmp_path, capsys
     assert main(["train", "ppo", "--out", str(out), "--max-steps", "5120", *options, *tiny]) == 0
     saved = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
     assert saved == steps
+    # The closing evaluation lands in metrics.jsonl and in the last checkpoint's metrics.
+    evaluations = [r for r in read_json_lines(out / "metrics.jsonl") if "eval/return_mean" in r]
+    assert evaluations[-1]["iteration"] == 5 and evaluations[-1]["env_steps"] == 5120
+    with jl.CheckpointManager(out / "checkpoints") as checkpoints:
+        metrics = checkpoints.metadata(5)["metrics"]
+    assert metrics["eval/return_mean"] == evaluations[-1]["eval/return_mean"]
 
 
 def _cli(*argv, **kwargs):

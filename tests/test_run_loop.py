@@ -57,6 +57,50 @@ def test_evaluates_every_steps_per_eval_and_writes_the_evaluations():
     assert ran[2]["time_total_s"] == 2  # refreshed after the evaluation
 
 
+def test_evaluate_at_end_evaluates_the_last_iteration_before_on_iteration_sees_it():
+    trainer, writer, seen = CountingTrainer(), ListWriter(), []
+    ran = run_loop(
+        trainer,
+        [writer],
+        jl.MaxEnvSteps(700),
+        steps_per_eval=250,
+        on_iteration=lambda stats: seen.append(dict(stats)),
+        progress=False,
+        evaluate_at_end=True,
+    )
+    assert [s["iteration"] for s in ran if "eval/return_mean" in s] == [3, 6, 7]
+    assert seen[-1]["eval/return_mean"] == 70.0  # what a checkpoint saved from it keeps
+    assert writer.rows[-1] == (7, {"eval/return_mean": 70.0, "env_steps": 700.0, "iteration": 7.0})
+    # A scheduled evaluation on the last iteration is not repeated; without the flag, none.
+    trainer = CountingTrainer()
+    run_loop(trainer, [], jl.MaxEnvSteps(600), steps_per_eval=300, evaluate_at_end=True)
+    assert trainer.evaluations == 2
+    trainer = CountingTrainer()
+    run_loop(trainer, [], jl.MaxEnvSteps(700), steps_per_eval=250)
+    assert trainer.evaluations == 2
+
+
+def test_evaluate_at_end_does_not_evaluate_after_a_stop_request():
+    trainer = CountingTrainer()
+
+    def request_at_two(stats):
+        trainer.stop_requested = stats["iteration"] == 2
+
+    run_loop(trainer, [], jl.MaxEnvSteps(200), on_iteration=request_at_two, evaluate_at_end=True)
+    assert trainer.evaluations == 1  # the last iteration, MaxEnvSteps(200) holding after it
+    trainer = CountingTrainer()
+    original_step = trainer.step
+
+    def step_then_request():
+        stats = original_step()
+        trainer.stop_requested = True  # a Ctrl-C while the iteration ran
+        return stats
+
+    trainer.step = step_then_request
+    run_loop(trainer, [], jl.MaxEnvSteps(100), evaluate_at_end=True, progress=False)
+    assert trainer.evaluations == 0
+
+
 def test_stops_on_any_condition_on_max_iterations_and_on_request():
     trainer = CountingTrainer()
     bound = jl.RewardBound(45.0, key="episode_return_mean")

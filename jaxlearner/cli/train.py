@@ -228,10 +228,10 @@ def _run(
             flush=True,
         )
     with _Interrupted(trainer) as interrupted:
-        trainer.run(conditions, steps_per_eval=settings.eval_every, on_iteration=save)
+        trainer.run(
+            conditions, steps_per_eval=settings.eval_every, on_iteration=save, evaluate_at_end=True
+        )
         last = trainer.history[-1] if trainer.history else {}
-        if interrupted.signal is None and "eval/return_mean" not in last:
-            last.update({f"eval/{k}": v for k, v in trainer.eval().items()})
         if checkpoint.latest_step() != trainer.counters.iteration:
             trainer.save(checkpoint, metrics=_ranked(last))
         checkpoint.wait_until_finished()

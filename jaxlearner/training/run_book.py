@@ -145,12 +145,13 @@ class RunBook(Generic[CountersT]):
         steps_per_eval: int | None = None,
         max_iterations: int | None = None,
         on_iteration: Callable[[dict[str, float]], None] | None = None,
+        evaluate_at_end: bool = False,
     ) -> list[dict[str, float]]:
         """Clears the stop request and runs :func:`~jaxlearner.training.run_loop.run_loop`.
 
         Args:
           trainer: the trainer holding this book (its ``step`` and ``eval`` run).
-          stop_conditions, steps_per_eval, max_iterations, on_iteration: as
+          stop_conditions, steps_per_eval, max_iterations, on_iteration, evaluate_at_end: as
             :meth:`jaxlearner.Trainer.run`.
 
         Returns:
@@ -168,6 +169,7 @@ class RunBook(Generic[CountersT]):
             max_iterations,
             on_iteration,
             self._progress,
+            evaluate_at_end,
         )
 
     def save(
@@ -323,6 +325,7 @@ def trainer_run(
     steps_per_eval: int | None = None,
     max_iterations: int | None = None,
     on_iteration: Callable[[dict[str, float]], None] | None = None,
+    evaluate_at_end: bool = False,
 ) -> list[dict[str, float]]:
     """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
 
@@ -338,6 +341,10 @@ def trainer_run(
       max_iterations: a hard bound on iterations, a safety net.
       on_iteration: called with each iteration's stats (e.g. to save a
         checkpoint).
+      evaluate_at_end: also evaluate the last iteration (the one after which a stop
+        condition holds) when no scheduled evaluation fell on it, before
+        ``on_iteration`` sees its stats, so the last row and a checkpoint saved from it
+        carry an evaluation; not after :meth:`request_stop`. ``jaxlearner train`` sets it.
 
     Returns:
       The stats of the iterations this call ran; fewer than the stop
@@ -351,7 +358,9 @@ def trainer_run(
     Example:
       >>> trainer.run([jl.RewardBound(475.0)], steps_per_eval=20_000)  # doctest: +SKIP
     """
-    return trainer._book.run(trainer, stop_conditions, steps_per_eval, max_iterations, on_iteration)
+    return trainer._book.run(
+        trainer, stop_conditions, steps_per_eval, max_iterations, on_iteration, evaluate_at_end
+    )
 
 
 trainer_algorithm = property(

@@ -120,6 +120,7 @@ def run_loop(
     max_iterations: int | None = None,
     on_iteration: Callable[[dict[str, float]], None] | None = None,
     progress: bool | None = None,
+    evaluate_at_end: bool = False,
 ) -> list[dict[str, float]]:
     """Steps ``trainer`` until a stop condition holds; evaluates every ``steps_per_eval`` steps.
 
@@ -135,6 +136,10 @@ def run_loop(
       on_iteration: called with each iteration's stats, evaluation included
         (e.g. to save a checkpoint).
       progress: show a progress bar over env steps; ``None`` shows one on a terminal.
+      evaluate_at_end: also evaluate the iteration after which a stop condition holds,
+        when no scheduled evaluation fell on it, before ``on_iteration`` sees its stats
+        (so the run's last row and the checkpoint saved from it carry an evaluation).
+        Not after a stop request: an interrupted run ends as fast as it can.
 
     Returns:
       The stats of the iterations run, each also ``trainer.history``'s entry;
@@ -160,19 +165,13 @@ def run_loop(
     try:
         while not trainer.stop_requested and (max_iterations is None or len(ran) < max_iterations):
             stats = trainer.step()
-            counters = trainer.counters
-            if next_eval is not None and counters.env_steps >= next_eval:
-                evaluation = {f"eval/{k}": v for k, v in trainer.eval().items()}
-                # In place: the history holds this same dict.
-                stats.update(evaluation, time_total_s=counters.time_total_s)
-                next_eval = counters.env_steps + steps_per_eval
-                logged = {
-                    **evaluation,
-                    "env_steps": stats["env_steps"],
-                    "iteration": stats["iteration"],
-                }
-                for writer in writers:
-                    writer.write(counters.iteration, logged)
+            evaluated = next_eval is not None and trainer.counters.env_steps >= next_eval
+            if evaluated:
+                _evaluate(trainer, stats, writers)
+                next_eval = trainer.counters.env_steps + steps_per_eval
+            closing = evaluate_at_end and not (evaluated or trainer.stop_requested)
+            if closing and stop(trainer.history):
+                _evaluate(trainer, stats, writers)
             ran.append(stats)
             bar.update(stats)
             if on_iteration is not None:
@@ -182,3 +181,14 @@ def run_loop(
     finally:
         bar.close()
     return ran
+
+
+def _evaluate(trainer: Steppable, stats: dict[str, float], writers: Sequence[Writer]) -> None:
+    """Evaluates ``trainer``, joins the results to ``stats`` in place (the history holds this
+    same dict) and writes them at the iteration's index."""
+    counters = trainer.counters
+    evaluation = {f"eval/{k}": v for k, v in trainer.eval().items()}
+    stats.update(evaluation, time_total_s=counters.time_total_s)
+    logged = {**evaluation, "env_steps": stats["env_steps"], "iteration": stats["iteration"]}
+    for writer in writers:
+        writer.write(counters.iteration, logged)
