@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     )
     from jaxlearner.training.offline.minari_datasets import load_minari
     from jaxlearner.training.offline.trainer import OfflineTrainer
-    from jaxlearner.training.outputs import loggers, plotting, video
+    from jaxlearner.training.outputs import loggers, plotting, statistics, video
     from jaxlearner.training.trainer import Trainer
 
 # The learner core imports neither orbax nor gymnasium; these load on first use.
@@ -110,6 +110,7 @@ _LAZY_MODULES = {
     "replay_buffer": "jaxlearner.algorithms.replay.replay_buffer",
     "loggers": "jaxlearner.training.outputs.loggers",
     "plotting": "jaxlearner.training.outputs.plotting",
+    "statistics": "jaxlearner.training.outputs.statistics",
     "video": "jaxlearner.training.outputs.video",
 }
 
@@ -203,6 +204,7 @@ __all__ = [
     "restore",
     "rollouts",
     "save_dataset",
+    "statistics",
     "sweeps",
     "target_update",
     "video",

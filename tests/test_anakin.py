@@ -16,6 +16,7 @@ from jaxlearner import anakin
 from jaxlearner.anakin import envs, rollouts, sweeps
 from jaxlearner.core.hyperparams import check_constant, hyperparam_names, with_hyperparams
 from jaxlearner.training.outputs import plotting
+from jaxlearner.training.outputs import statistics as st
 
 CARTPOLE = envs.make("CartPole-v1")
 TINY_PPO = {
@@ -288,9 +289,24 @@ def test_a_sweep_returns_per_configuration_curves_compiled_once():
         first = np.asarray(metrics[name][:, :, 0])
         np.testing.assert_array_equal(first, np.broadcast_to(first[:1], first.shape))
     assert result.states.iteration.shape == (3, 2)
+    # The seeds' final evaluations, aggregated per configuration (IQM, median, mean, CIs).
+    finals = np.asarray(metrics["eval/return_mean"])[:, :, -1]
+    table = result.aggregates(target=500.0, reps=200)
+    assert [row["iqm"][0] for row in table] == pytest.approx([st.iqm(f) for f in finals])
+    lines = result.table(target=500.0, reps=200).splitlines()
+    assert len(lines) == 4 and lines[1].startswith("learning_rate=0.0001")
     # Other values and seeds reuse the compiled program.
     sweeps.sweep(train, jax.random.key(1), {"learning_rate": [3e-4, 3e-3, 3e-2]}, num_seeds=2)
     assert len(traces) == 1
+
+
+def test_sweep_aggregates_use_each_seeds_last_evaluation():
+    curves = np.array([[[1.0, 5.0], [2.0, np.nan], [3.0, 7.0], [4.0, 8.0]]])  # [1, 4, T=2]
+    result = sweeps.SweepResult(({"lr": 0.1},), None, {"eval/return_mean": curves})
+    (row,) = result.aggregates(reps=100)
+    assert row["iqm"][0] == st.iqm([5.0, 2.0, 7.0, 8.0]) and "optimality_gap" not in row
+    with pytest.raises(KeyError, match="No metric 'eval/return_max'"):
+        result.aggregates("eval/return_max")
 
 
 def test_agents_split_over_devices_equal_single_agent_runs():

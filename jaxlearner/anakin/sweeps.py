@@ -43,6 +43,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxlearner.anakin.train import AnakinState, Metrics, TrainFn
 from jaxlearner.core.placement import DATA_AXIS
+from jaxlearner.training.outputs.statistics import aggregates, final_scores, format_table
 
 Devices = str | int | Sequence[jax.Device] | None
 """``None`` (the default device), ``"all"``, a number of devices, or a device list."""
@@ -64,6 +65,47 @@ class SweepResult:
     configs: tuple[dict[str, float], ...]
     states: AnakinState
     metrics: Metrics
+
+    def aggregates(
+        self,
+        name: str = "eval/return_mean",
+        *,
+        target: float | None = None,
+        reps: int = 2000,
+        seed: int = 0,
+    ) -> list[dict[str, tuple[float, float, float]]]:
+        """Per configuration, each seed's final ``name`` aggregated over the seeds: IQM,
+        median, mean (and the optimality gap to ``target``), each ``(value, low, high)`` with
+        its 95% stratified bootstrap interval
+        (:func:`~jaxlearner.training.outputs.statistics.aggregates`).
+
+        Raises:
+          KeyError: for a metric the sweep did not record.
+
+        Example:
+          >>> result.aggregates(target=475.0)[0]["iqm"]  # (value, low, high)  # doctest: +SKIP
+        """
+        finals = final_scores(self._metric(name))  # [C, S]
+        return [aggregates(scores, target=target, reps=reps, seed=seed) for scores in finals]
+
+    def table(
+        self, name: str = "eval/return_mean", *, target: float | None = None, reps: int = 2000
+    ) -> str:
+        """:meth:`aggregates` as a plain-text table, a row per configuration.
+
+        Example:
+          >>> print(result.table(target=475.0))  # doctest: +SKIP
+          group                runs  IQM [95% CI]  ...
+          learning_rate=0.001     8  500.0 [487.2, 500.0]  ...
+        """
+        labels = [", ".join(f"{k}={v:g}" for k, v in config.items()) for config in self.configs]
+        finals = final_scores(self._metric(name))
+        return format_table(dict(zip(labels, finals, strict=True)), target=target, reps=reps)
+
+    def _metric(self, name: str) -> np.ndarray:
+        if name not in self.metrics:
+            raise KeyError(f"No metric {name!r} in this sweep; metrics: {sorted(self.metrics)}.")
+        return np.asarray(self.metrics[name], np.float64)
 
 
 def train_agents(

@@ -232,6 +232,12 @@ class PlotOptions:
     Attributes:
       runs: the run folders, at least one.
       out: the PNG to write (``None``: ``FIRST_RUN/learning_curve.png``).
+      aggregate: group the runs by algorithm and environment (seeds of one setting) and
+        draw each group's evaluation returns as their interquartile mean with a 95%
+        stratified bootstrap interval, instead of one curve per run.
+      table: print each group's final evaluation return as IQM, median, mean (and the
+        optimality gap to the runs' stop reward), each with its 95% bootstrap interval,
+        instead of drawing.
 
     Raises:
       ValueError: for no run.
@@ -239,6 +245,8 @@ class PlotOptions:
 
     runs: tuple[str, ...]
     out: str | None = None
+    aggregate: bool = False
+    table: bool = False
 
     def __post_init__(self) -> None:
         if not self.runs:

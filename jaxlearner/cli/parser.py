@@ -184,6 +184,19 @@ def _add_plot(commands: _Commands) -> None:
     command = commands.add_parser("plot", help="plot learning curves")
     command.add_argument("runs", nargs="+", help="run folders")
     command.add_argument("--out", help="the PNG to write (default: FIRST_RUN/learning_curve.png)")
+    command.add_argument(
+        "--aggregate",
+        action="store_true",
+        help="seeds of one algorithm and environment as one curve: the interquartile mean of "
+        "their evaluation returns with a 95%% stratified bootstrap interval (Agarwal et al. 2021)",
+    )
+    command.add_argument(
+        "--table",
+        action="store_true",
+        help="print each algorithm and environment's final evaluation return over its runs "
+        "(IQM, median, mean, optimality gap to the stop reward, with 95%% bootstrap "
+        "intervals) instead of drawing",
+    )
 
 
 def _add_presets(commands: _Commands) -> None:
@@ -330,7 +343,9 @@ def parse(argv: Sequence[str] | None = None) -> Options | None:
         if args.command in ("eval", "record"):
             return _run_options(args)
         if args.command == "plot":
-            return PlotOptions(runs=tuple(args.runs), out=args.out)
+            return PlotOptions(
+                runs=tuple(args.runs), out=args.out, aggregate=args.aggregate, table=args.table
+            )
         if args.command == "presets":
             return PresetsOptions(algorithm=args.algorithm)
     except ValueError as error:
