@@ -90,7 +90,7 @@ def test_progress_bar_when_enabled(capsys):
     bar.update({"env_steps": 40, "episode_return_mean": 12.0, "env_steps_per_s": 1000.0})
     bar.close()
     err = capsys.readouterr().err
-    assert "40/100" in err and "return=12" in err
+    assert "40/100" in err and "return 12" in err
 
 
 class _FakeClock:
@@ -185,10 +185,34 @@ def test_progress_bar_shows_budget_stop_rule_and_compilation():
     bar.set_description("stops at 400k steps")
     bar.update({"env_steps": 2048.0, "episode_return_mean": 21.5})
     bar.close()
-    last = stream.getvalue().split("\r")[-1]
-    assert "stops at 400k steps" in last and "2048/400000" in last
-    assert COMPILING not in last and "return=21.5" in last
+    rows = [row.strip() for row in stream.getvalue().replace("\r", "\n").split("\n")]
+    assert "stops at 400k steps" in rows  # a line of its own above the bar
+    assert "2048/400000" in rows[-2] or "2048/400000" in rows[-1]
+    last = [row for row in rows if "2048/400000" in row][-1]
+    assert COMPILING not in last and "return 21.5" in last
     bar.close()  # closing twice is harmless
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_bar_keeps_its_width_and_its_numbers_on_a_narrow_terminal(columns):
+    """At 120 columns the bar was one character wide and its text cut: the stop rule stood
+    before it. Now the rule is a line above, the bar 16 wide, the numbers right after it."""
+    stream = io.StringIO()
+    rule = describe_stop(300_000, 475.0, times=2)
+    bar = ProgressBar(total=300_000, enabled=True, description=rule, stream=stream)
+    metrics = {"env_steps": 150_000.0, "episode_return_mean": 212.5, "eval/return_mean": 301.0}
+    bar.update({**metrics, "env_steps_per_s": 1234.0})
+    bar._bar.refresh()
+    bar.close()
+    rows = [row.rstrip() for row in stream.getvalue().replace("\r", "\n").split("\n") if row]
+    assert rows[0] == rule
+    # tqdm trims a line to the terminal's width less one; what the user sees:
+    shown = [row for row in rows if "150000/300000" in row][-1][: columns - 1]
+    assert shown.startswith(" 50%|########")
+    assert shown.split("|")[1] == "#" * 8 + " " * 8  # 16 wide, half full
+    assert "return 212.5" in shown and "eval 301" in shown
+    if columns >= 100:
+        assert "steps/s 1234 [" in shown
 
 
 def test_describe_stop():

@@ -318,6 +318,15 @@ _ACTIVE_BARS: list[ProgressBar] = []
 COMPILING = "compiling the first iteration..."
 """The bar's postfix until the first iteration ends (it includes XLA compilation)."""
 
+_BAR_FORMAT = (
+    "{percentage:3.0f}%|{bar:16}| {n_fmt}/{total_fmt} steps{postfix} [{elapsed}<{remaining}]"
+)
+"""A bar of fixed width, then what matters most, so a narrow terminal cuts only the times (the
+stop rule, which used to stand before the bar and squeeze it, is printed on a line above)."""
+
+_COUNTER_FORMAT = "{n_fmt} steps{postfix} [{elapsed}]"
+"""The bar without a budget: a counter."""
+
 
 def describe_stop(
     max_env_steps: int | None = None,
@@ -398,12 +407,14 @@ class ProgressBar:
         if enabled:
             from tqdm.auto import tqdm
 
+            if description:  # its own line: on the bar it squeezed the bar to one character
+                print(description, file=stream or sys.stderr, flush=True)
             self._bar = tqdm(
                 total=total,
-                desc=description or None,
                 unit="step",
                 dynamic_ncols=True,
                 file=stream,
+                bar_format=_BAR_FORMAT if total else _COUNTER_FORMAT,
                 postfix=COMPILING,
             )
             _ACTIVE_BARS.append(self)
@@ -418,12 +429,13 @@ class ProgressBar:
         """Sets the env-step budget the bar runs to (``None``: no end)."""
         if self._bar is not None:
             self._bar.total = total
+            self._bar.bar_format = _BAR_FORMAT if total else _COUNTER_FORMAT
             self._bar.refresh()
 
     def set_description(self, description: str) -> None:
-        """Sets the text before the bar, e.g. :func:`describe_stop`'s."""
+        """Prints ``description`` (e.g. :func:`describe_stop`'s) on its own line above the bar."""
         if self._bar is not None:
-            self._bar.set_description_str(description)
+            self._bar.write(description, file=self._bar.fp)
 
     def update(self, metrics: Mapping[str, float]) -> None:
         """Moves the bar to ``metrics["env_steps"]`` and shows return and speed."""
@@ -440,7 +452,7 @@ class ProgressBar:
         ):
             if key in metrics and math.isfinite(metrics[key]):
                 shown[label] = f"{metrics[key]:.4g}"
-        self._bar.set_postfix(shown, refresh=False)
+        self._bar.set_postfix_str(" ".join(f"{k} {v}" for k, v in shown.items()), refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:
