@@ -91,7 +91,7 @@ DQN_CARTPOLE = {
 }
 
 
-TIMING = ("env_steps_per_s", "time_this_iter_s", "time_total_s")
+TIMING = ("env_steps_per_s", "time_this_iter_s", "time_compile_s", "time_total_s")
 """Trainer stats that measure wall time, so differ between two equal runs."""
 
 

@@ -383,12 +383,18 @@ trainer_state = property(
 
 
 def iteration_stats(
-    counters: Counters, env_steps: int, elapsed: float, counts: Mapping[str, float]
+    counters: Counters,
+    env_steps: int,
+    elapsed: float,
+    counts: Mapping[str, float],
+    compiling: float = 0.0,
 ) -> dict[str, float]:
     """The stats every trainer's ``step`` starts with, in this order: ``iteration``,
     ``env_steps`` (lifetime), the trainer's own ``counts`` (episodes, agent steps, ...),
-    ``env_steps_per_s`` (this iteration's ``env_steps`` over ``elapsed``),
-    ``time_this_iter_s`` and ``time_total_s``.
+    ``env_steps_per_s`` (this iteration's ``env_steps`` over ``elapsed`` less the
+    ``compiling`` seconds within it, so an iteration that compiles does not read 1-10),
+    ``time_this_iter_s`` (all of it), ``time_compile_s`` (JAX's tracing and compiling in
+    it, :mod:`~jaxlearner.training.compile_clock`) and ``time_total_s``.
 
     Example:
       >>> from jaxlearner.training.trainer import TrainerCounters
@@ -399,8 +405,9 @@ def iteration_stats(
         "iteration": float(counters.iteration),
         "env_steps": float(counters.env_steps),
         **counts,
-        "env_steps_per_s": env_steps / max(elapsed, 1e-9),
+        "env_steps_per_s": env_steps / max(elapsed - compiling, 1e-9),
         "time_this_iter_s": elapsed,
+        "time_compile_s": compiling,
         "time_total_s": counters.time_total_s,
     }
 

@@ -40,6 +40,7 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training import run_book
+from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
@@ -218,7 +219,7 @@ class Trainer:
           ``time_total_s``, and the learner's metrics flattened
           (``"default_policy/total_loss"``, ``"__all__/num_grad_steps"``, ...).
         """
-        start = time.perf_counter()
+        watch = Stopwatch()
         self._key, sample_key, update_key = jax.random.split(self._key, 3)
         module = self._behaviour_module()
         rollout = self._runner.sample(
@@ -229,7 +230,7 @@ class Trainer:
             self._state, module, rollout.experience(), rollout.env_steps, before, update_key
         )
         learner_metrics = flatten_metrics(jax.device_get(metrics)) if metrics else {}
-        elapsed = time.perf_counter() - start
+        elapsed, compiling = watch.read()
         counters = self.counters
         counters.count(rollout, elapsed)
         episodes = {
@@ -237,7 +238,7 @@ class Trainer:
             "num_episodes": float(len(rollout.episode_returns)),
         }
         stats = {
-            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, episodes),
+            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, episodes, compiling),
             **_episode_stats(counters),
             **learner_metrics,
         }

@@ -55,6 +55,7 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training import run_book
+from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 from jaxlearner.training.multi_agent.policy_mapping import (
     PolicyMapping,
@@ -237,7 +238,7 @@ class MultiAgentTrainer:
           (``"<policy_id>/total_loss"``, ``"<policy_id>/entropy"``, ...,
           ``"__all__/num_grad_steps"``).
         """
-        start = time.perf_counter()
+        watch = Stopwatch()
         self._key, sample_key = jax.random.split(self._key)
         modules = self._modules()
         rollout = self._runner.sample(self._explore, modules, self._rollout_steps, sample_key)
@@ -251,7 +252,7 @@ class MultiAgentTrainer:
             self._state, batches, env_steps={m: rollout.agent_steps[m] for m in self._trained}
         )
         learner_metrics = flatten_metrics(jax.device_get(metrics))
-        elapsed = time.perf_counter() - start
+        elapsed, compiling = watch.read()
         counters = self.counters
         counters.count(rollout, elapsed)
         counts = {
@@ -260,7 +261,7 @@ class MultiAgentTrainer:
             "num_episodes": float(len(rollout.episode_returns)),
         }
         stats = {
-            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, counts),
+            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, counts, compiling),
             **episode_stats(counters, self._groups),
             **learner_metrics,
         }

@@ -41,6 +41,7 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training import run_book
+from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.env_runner import EnvLike, EnvRunner
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
@@ -183,17 +184,17 @@ class OfflineTrainer:
           ``env_steps_per_s`` (rows per second), ``time_this_iter_s``, ``time_total_s`` and the
           learner's metrics of the last update, flattened.
         """
-        start = time.perf_counter()
+        watch = Stopwatch()
         self._key, update_key = jax.random.split(self._key)
         self._state, metrics = self._updates(self._state, self._rows, update_key)
         learner_metrics = flatten_metrics(jax.device_get(metrics))
-        elapsed = time.perf_counter() - start
+        elapsed, compiling = watch.read()
         counters = self.counters
         counters.iteration += 1
         counters.env_steps += self.rows_per_iteration
         counters.time_total_s += elapsed
         stats = {
-            **run_book.iteration_stats(counters, self.rows_per_iteration, elapsed, {}),
+            **run_book.iteration_stats(counters, self.rows_per_iteration, elapsed, {}, compiling),
             **learner_metrics,
         }
         self._book.record(stats)
