@@ -528,9 +528,11 @@ def test_readme_block_runs(tmp_path):
 
     readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = re.search(r"<!-- multi-agent.*?-->\s*```python\n(.*?)```", readme, re.S).group(1)
-    block = block.replace("/tmp/jaxlearner-spread", str(tmp_path))
+    block = block.replace("tempfile.mkdtemp()", f"tempfile.mkdtemp(dir={str(tmp_path)!r})")
     namespace = {}
     exec(compile(block, "README multi-agent", "exec"), namespace)
+    exec(compile(block, "README multi-agent", "exec"), namespace)  # twice: a new folder each
+    assert len(list(tmp_path.iterdir())) == 2
     trainer = namespace["trainer"]
     assert "blue/total_loss" in namespace["stats"] and "red/total_loss" not in namespace["stats"]
     assert tree_equal(trainer.state.modules["red"].params, trainer.state.modules["blue"].params)

@@ -61,10 +61,13 @@ def test_many_seeds_block_runs(tmp_path, monkeypatch):
     assert (tmp_path / "cartpole_32_seeds.png").stat().st_size > 0
 
 
-def test_offline_block_runs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the block writes data/cartpole
-    namespace = _run("offline", {})
-    assert (tmp_path / "data/cartpole/episodes.npz").is_file()
+def test_offline_block_runs_and_runs_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where tempfile.mkdtemp puts the dataset
+    monkeypatch.setattr("tempfile.tempdir", None)
+    first = _run("offline", {})["data_dir"]
+    namespace = _run("offline", {})  # pasted twice: a new folder, no refusal to overwrite
+    assert namespace["data_dir"] != first and first.startswith(str(tmp_path))
+    assert (pathlib.Path(namespace["data_dir"]) / "episodes.npz").is_file()
     assert namespace["dataset"].num_episodes == 20
     assert namespace["history"][-1]["env_steps"] >= 20_000
     assert any("eval/return_mean" in h for h in namespace["history"])
