@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from jaxlearner.training.offline.minari_datasets import load_minari
     from jaxlearner.training.offline.trainer import OfflineTrainer
     from jaxlearner.training.outputs import loggers, plotting, statistics, video
+    from jaxlearner.training.outputs.wandb_writer import WandbWriter
     from jaxlearner.training.trainer import Trainer
 
 # The learner core imports neither orbax nor gymnasium; these load on first use.
@@ -99,6 +100,7 @@ _LAZY = {
     "save_dataset": "jaxlearner.training.offline.datasets",
     "record_episodes": "jaxlearner.training.offline.datasets",
     "load_minari": "jaxlearner.training.offline.minari_datasets",
+    "WandbWriter": "jaxlearner.training.outputs.wandb_writer",
 }
 # Sub-modules reachable as jl.NAME, loaded on first use.
 _LAZY_MODULES = {
@@ -181,6 +183,7 @@ __all__ = [
     "StopsIncreasing",
     "Trainer",
     "UpdateConfig",
+    "WandbWriter",
     "__version__",
     "adaptive_kl_coeff",
     "algorithms",

@@ -22,6 +22,7 @@ ALLOWED = {
     "matplotlib": {"cli/plot.py", "training/outputs/plotting.py"},
     "tensorboardX": {"training/outputs/loggers.py"},
     "mlflow": {"training/outputs/loggers.py"},
+    "wandb": {"training/outputs/wandb_writer.py"},
     "tqdm": {"training/outputs/loggers.py"},
     "gymnax": {"anakin/envs/gymnax.py"},
     "pettingzoo": {"training/multi_agent/env.py"},
