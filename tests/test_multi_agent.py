@@ -342,8 +342,9 @@ def test_a_step_reports_metrics_per_policy_and_per_agent():
     ran = trainer.run(jl.RewardBound(-1e9, key="episode_return_mean"), steps_per_eval=1)
     assert len(ran) == 1 and ran[0]["iteration"] == 2 and ran[0]["eval/episodes"] == 10
     assert trainer.history[-1] == ran[0]
-    with pytest.raises(ValueError, match="run needs stop conditions or max_iterations"):
-        trainer.run()
+    # No stop condition: until a stop request (here after the first iteration).
+    endless = trainer.run(on_iteration=lambda stats: trainer.request_stop())
+    assert len(endless) == 1 and trainer.stop_requested
 
 
 def test_a_shared_policy_trains_on_every_agents_rows():

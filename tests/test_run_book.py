@@ -44,7 +44,9 @@ class BookTrainer:
 
     def eval(self):
         self.evaluations += 1
-        return {"return_mean": 1.0}
+        results = {"return_mean": 1.0}
+        self.book.write_evaluation(results)  # as the trainers' eval does, scheduled or not
+        return results
 
 
 def learner_and_state():
@@ -81,8 +83,41 @@ def test_run_clears_a_stop_request_and_honours_one_made_during_the_run():
     assert [step for step, _ in writer.rows] == [1, 2, 2]
     more = trainer.book.run(trainer, max_iterations=1)
     assert [s["iteration"] for s in more] == [3.0] and not trainer.stop_requested
-    with pytest.raises(ValueError, match="run needs stop conditions or max_iterations"):
-        trainer.book.run(trainer)
+
+    # With no stop condition it runs until a stop request (rl8 runs until killed).
+    def stop_at_five(stats):
+        if stats["iteration"] == 5:
+            trainer.book.request_stop()
+
+    endless = trainer.book.run(trainer, on_iteration=stop_at_five)
+    assert [s["iteration"] for s in endless] == [4.0, 5.0]
+
+
+def test_a_direct_evaluation_is_written_too():
+    writer = ListWriter()
+    trainer = BookTrainer(writers=[writer])
+    trainer.step()
+    trainer.eval()
+    assert writer.rows[-1] == (1, {"eval/return_mean": 1.0, "env_steps": 100.0, "iteration": 1.0})
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_run_without_stop_conditions_ends_on_a_signal_and_restores_the_handlers(signal_name):
+    import os
+    import signal
+
+    number = getattr(signal, signal_name)
+    before = signal.getsignal(number)
+    trainer = BookTrainer()
+
+    def signal_at_three(stats):
+        if stats["iteration"] == 3:
+            os.kill(os.getpid(), number)
+        assert stats["iteration"] < 10, "the signal did not stop the run"
+
+    ran = trainer.book.run(trainer, on_iteration=signal_at_three)
+    assert [s["iteration"] for s in ran] == [1.0, 2.0, 3.0] and trainer.stop_requested
+    assert signal.getsignal(number) is before
 
 
 def test_save_and_restore_counters_history_and_the_trainers_own_state(tmp_path):

@@ -114,8 +114,26 @@ def test_stops_on_any_condition_on_max_iterations_and_on_request():
     trainer = CountingTrainer()
     ran = run_loop(trainer, [], jl.MaxEnvSteps(10_000), on_iteration=request_at_two)
     assert [s["iteration"] for s in ran] == [1, 2]  # the iteration in flight completes
-    with pytest.raises(ValueError, match="run needs stop conditions or max_iterations"):
-        run_loop(CountingTrainer(), [])
+    # No stop condition and no max_iterations: until the stop request.
+    trainer = CountingTrainer()
+
+    def request_at_four(stats):
+        trainer.stop_requested = stats["iteration"] == 4
+
+    assert len(run_loop(trainer, [], [], on_iteration=request_at_four)) == 4
+    for bad in ({"steps_per_eval": 0}, {"eval_every_iterations": 1.5}, {"max_iterations": True}):
+        with pytest.raises(ValueError, match="must be a positive int or None"):
+            run_loop(CountingTrainer(), [], jl.MaxEnvSteps(100), **bad)
+
+
+def test_evaluates_every_n_iterations_beside_the_env_step_cadence():
+    trainer, writer = CountingTrainer(), ListWriter()
+    ran = run_loop(
+        trainer, [writer], jl.MaxIterations(7), eval_every_iterations=3, steps_per_eval=500
+    )
+    # Every 3 iterations (3, 6) and every 500 env steps (5: 500 env steps).
+    assert [s["iteration"] for s in ran if "eval/return_mean" in s] == [3, 5, 6]
+    assert [step for step, _ in writer.rows] == [3, 5, 6]
 
 
 def test_stop_conditions_and_their_description():

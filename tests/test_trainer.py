@@ -69,8 +69,9 @@ def test_run_stops_on_its_conditions_and_evaluates():
     # A reward bound any return reaches stops after the first evaluation.
     bounded = small_trainer().run([jl.RewardBound(1.0)], steps_per_eval=256, max_iterations=10)
     assert len(bounded) == 1
-    with pytest.raises(ValueError, match="never ends"):
-        trainer.run([])
+    # No stop condition: until request_stop (rl8's trainer runs until killed).
+    endless = trainer.run([], on_iteration=lambda stats: trainer.request_stop())
+    assert len(endless) == 1 and trainer.stop_requested
 
 
 def test_writers_get_every_iteration(tmp_path):
@@ -80,7 +81,18 @@ def test_writers_get_every_iteration(tmp_path):
     trainer.close()
     records = read_json_lines(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records if "episode_return_mean" in r] == [1, 2]
-    assert any("eval/return_mean" in r for r in records)
+    assert [r["step"] for r in records if "eval/return_mean" in r] == [2]  # written once
+
+
+def test_a_direct_eval_is_written_as_runs_are(tmp_path):
+    writer = JSONLinesWriter(tmp_path / "metrics.jsonl")
+    trainer = small_trainer(writers=[writer])
+    trainer.step()
+    results = trainer.eval(episodes=2)
+    trainer.close()
+    (row,) = [r for r in read_json_lines(tmp_path / "metrics.jsonl") if "eval/return_mean" in r]
+    assert row["step"] == 1 and row["eval/return_mean"] == results["return_mean"]
+    assert row["env_steps"] == 256 and row["eval/episodes"] == 2
 
 
 def test_spaces_must_match_the_learner():

@@ -26,10 +26,13 @@ The run loop itself stays in :mod:`~jaxlearner.training.run_loop`: it drives any
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
 import jax
@@ -146,31 +149,33 @@ class RunBook(Generic[CountersT]):
         max_iterations: int | None = None,
         on_iteration: Callable[[dict[str, float]], None] | None = None,
         evaluate_at_end: bool = False,
+        eval_every_iterations: int | None = None,
     ) -> list[dict[str, float]]:
-        """Clears the stop request and runs :func:`~jaxlearner.training.run_loop.run_loop`.
+        """Clears the stop request and runs :func:`~jaxlearner.training.run_loop.run_loop`,
+        with SIGINT and SIGTERM asking it to stop where nobody else handles them
+        (:func:`stop_on_signals`).
 
         Args:
           trainer: the trainer holding this book (its ``step`` and ``eval`` run).
-          stop_conditions, steps_per_eval, max_iterations, on_iteration, evaluate_at_end: as
-            :meth:`jaxlearner.Trainer.run`.
+          stop_conditions, steps_per_eval, max_iterations, on_iteration, evaluate_at_end,
+            eval_every_iterations: as :meth:`jaxlearner.Trainer.run`.
 
         Returns:
           The stats of the iterations this call ran.
-
-        Raises:
-          ValueError: when there is neither a stop condition nor ``max_iterations``.
         """
         self.stop_requested = False
-        return run_loop(
-            trainer,
-            self._writers,
-            stop_conditions,
-            steps_per_eval,
-            max_iterations,
-            on_iteration,
-            self._progress,
-            evaluate_at_end,
-        )
+        with stop_on_signals(self):
+            return run_loop(
+                trainer,
+                (),  # the book writes each evaluation itself (write_evaluation)
+                stop_conditions,
+                steps_per_eval=steps_per_eval,
+                max_iterations=max_iterations,
+                on_iteration=on_iteration,
+                progress=self._progress,
+                evaluate_at_end=evaluate_at_end,
+                eval_every_iterations=eval_every_iterations,
+            )
 
     def save(
         self,
@@ -276,12 +281,50 @@ class RunBook(Generic[CountersT]):
         seed = seed + 10_000 + self.counters.iteration
         results = evaluate(runner, policy, module, key, seed=seed)
         self.counters.time_total_s += time.perf_counter() - start
+        self.write_evaluation(results)
         return results
+
+    def write_evaluation(self, results: Mapping[str, float]) -> None:
+        """Writes an evaluation's results as ``{"eval/...": ..., "env_steps", "iteration"}``
+        at the current iteration to the writers: every evaluation, whether ``run``'s
+        schedule or a direct ``trainer.eval()`` made it (rl8 logs each one)."""
+        row = {f"eval/{k}": float(v) for k, v in results.items()}
+        row.update(
+            env_steps=float(self.counters.env_steps), iteration=float(self.counters.iteration)
+        )
+        for writer in self._writers:
+            writer.write(self.counters.iteration, row)
 
     def close(self) -> None:
         """Closes the writers."""
         for writer in self._writers:
             writer.close()
+
+
+@contextlib.contextmanager
+def stop_on_signals(book: RunBook) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM call ``book.request_stop()``: the run ends
+    after the iteration in flight. Only in the main thread, and only for a signal whose
+    handler is still Python's default (the command line installs its own, which also
+    request a stop and remember the signal); the previous handlers come back after.
+
+    Example:
+      >>> with stop_on_signals(trainer._book):        # doctest: +SKIP
+      ...     run_loop(trainer, [], [])               # until Ctrl-C
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    previous = {}
+    for number, default in defaults.items():
+        if signal.getsignal(number) is default:
+            previous[number] = signal.signal(number, lambda *_: book.request_stop())
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def book_attribute(name: str, doc: str) -> property:
@@ -326,11 +369,16 @@ def trainer_run(
     max_iterations: int | None = None,
     on_iteration: Callable[[dict[str, float]], None] | None = None,
     evaluate_at_end: bool = False,
+    eval_every_iterations: int | None = None,
 ) -> list[dict[str, float]]:
     """Steps until a stop condition holds; evaluates every ``steps_per_eval`` env steps.
 
     The ``run`` of every trainer (its book's :meth:`RunBook.run` over the trainer's own
-    ``step`` and ``eval``); the offline trainer counts dataset rows as env steps.
+    ``step`` and ``eval``); the offline trainer counts dataset rows as env steps. With no
+    stop condition and no ``max_iterations`` it trains until :meth:`request_stop`, Ctrl-C
+    or SIGTERM (rl8's trainer runs until killed): while it runs, those signals ask it to
+    stop after the iteration in flight, unless the program has its own handlers; save
+    afterwards (``trainer.save(checkpoint)``) or in ``on_iteration``.
 
     Args:
       stop_conditions: a condition or a list (any of them stops the run).
@@ -345,6 +393,8 @@ def trainer_run(
         condition holds) when no scheduled evaluation fell on it, before
         ``on_iteration`` sees its stats, so the last row and a checkpoint saved from it
         carry an evaluation; not after :meth:`request_stop`. ``jaxlearner train`` sets it.
+      eval_every_iterations: also evaluate every this many iterations (rl8's
+        ``steps_per_eval`` unit), beside or instead of ``steps_per_eval``.
 
     Returns:
       The stats of the iterations this call ran; fewer than the stop
@@ -353,13 +403,20 @@ def trainer_run(
       included, and :attr:`stop_requested` stays true).
 
     Raises:
-      ValueError: when there is neither a stop condition nor ``max_iterations``.
+      ValueError: for an evaluation cadence that is not a positive int.
 
     Example:
       >>> trainer.run([jl.RewardBound(475.0)], steps_per_eval=20_000)  # doctest: +SKIP
+      >>> trainer.run(eval_every_iterations=10)  # until Ctrl-C              # doctest: +SKIP
     """
     return trainer._book.run(
-        trainer, stop_conditions, steps_per_eval, max_iterations, on_iteration, evaluate_at_end
+        trainer,
+        stop_conditions,
+        steps_per_eval,
+        max_iterations,
+        on_iteration,
+        evaluate_at_end,
+        eval_every_iterations,
     )
 
 

@@ -121,6 +121,7 @@ def run_loop(
     on_iteration: Callable[[dict[str, float]], None] | None = None,
     progress: bool | None = None,
     evaluate_at_end: bool = False,
+    eval_every_iterations: int | None = None,
 ) -> list[dict[str, float]]:
     """Steps ``trainer`` until a stop condition holds; evaluates every ``steps_per_eval`` steps.
 
@@ -140,6 +141,8 @@ def run_loop(
         when no scheduled evaluation fell on it, before ``on_iteration`` sees its stats
         (so the run's last row and the checkpoint saved from it carry an evaluation).
         Not after a stop request: an interrupted run ends as fast as it can.
+      eval_every_iterations: also evaluate every this many iterations (``None``: only by
+        ``steps_per_eval``).
 
     Returns:
       The stats of the iterations run, each also ``trainer.history``'s entry;
@@ -147,15 +150,26 @@ def run_loop(
       became true (the iteration in flight completes, evaluation and
       ``on_iteration`` included).
 
+    With neither stop conditions nor ``max_iterations`` it runs until
+    ``trainer.stop_requested`` (a Ctrl-C handler's request).
+
     Raises:
-      ValueError: when there is neither a stop condition nor ``max_iterations``.
+      ValueError: for ``steps_per_eval``, ``eval_every_iterations`` or ``max_iterations``
+        that is not a positive int.
 
     Example:
       >>> run_loop(trainer, [], [jl.MaxEnvSteps(10_000)], steps_per_eval=2_000)  # doctest: +SKIP
     """
+    for name, value in (
+        ("steps_per_eval", steps_per_eval),
+        ("eval_every_iterations", eval_every_iterations),
+        ("max_iterations", max_iterations),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"run's {name} must be a positive int or None; got {value!r}.")
     conditions = stop_conditions_list(stop_conditions)
-    if not conditions and max_iterations is None:
-        raise ValueError("run needs stop conditions or max_iterations, or it never ends.")
     stop = AnyOf(*conditions) if conditions else (lambda history: False)
     bar = ProgressBar(
         total=target_steps(conditions), enabled=progress, description=stop_description(conditions)
@@ -165,9 +179,14 @@ def run_loop(
     try:
         while not trainer.stop_requested and (max_iterations is None or len(ran) < max_iterations):
             stats = trainer.step()
-            evaluated = next_eval is not None and trainer.counters.env_steps >= next_eval
+            by_steps = next_eval is not None and trainer.counters.env_steps >= next_eval
+            evaluated = by_steps or (
+                eval_every_iterations is not None
+                and trainer.counters.iteration % eval_every_iterations == 0
+            )
             if evaluated:
                 _evaluate(trainer, stats, writers)
+            if by_steps:
                 next_eval = trainer.counters.env_steps + steps_per_eval
             closing = evaluate_at_end and not (evaluated or trainer.stop_requested)
             if closing and stop(trainer.history):

@@ -310,6 +310,7 @@ class MultiAgentTrainer:
             if values:
                 stats[f"agent_return_mean/{agent}"] = float(np.mean(values))
         self.counters.time_total_s += time.perf_counter() - start
+        self._book.write_evaluation(stats)
         return stats
 
     run = run_book.trainer_run
