@@ -112,8 +112,15 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     parser.add_argument("--eval-every-ppo", type=int, default=25_000)
     parser.add_argument("--eval-every-sac", type=int, default=5_000)
-    parser.add_argument("--runs", type=pathlib.Path, default=pathlib.Path("runs/bench_mujoco"))
+    parser.add_argument(
+        "--name",
+        default="bench_mujoco",
+        help="the sitting's name: results/NAME.json, results/NAME-ALGO-ENV.png and runs/NAME "
+        "(a new name keeps an earlier sitting's files)",
+    )
+    parser.add_argument("--runs", type=pathlib.Path, default=None)
     args = parser.parse_args()
+    args.runs = args.runs or pathlib.Path("runs") / args.name
     load_before = os.getloadavg()
     report: dict = {"machine": machine(), "load_before": load_before, "workloads": {}}
     for workload in args.workloads:
@@ -136,16 +143,17 @@ def main() -> None:
         entry = {side: {"runs": rows, **summary(rows)} for side, rows in results.items()}
         entry["wall_ratio"] = entry["jaxlearner"]["wall_s_mean"] / entry["peer"]["wall_s_mean"]
         runs = sorted(str(p) for p in folder.iterdir() if p.is_dir())
-        png = HERE / "results" / f"mujoco-{algorithm}-{env}.png"
+        prefix = "mujoco" if args.name == "bench_mujoco" else args.name
+        png = HERE / "results" / f"{prefix}-{algorithm}-{env}.png"
         subprocess.run(
             [sys.executable, "-m", "jaxlearner.cli", "plot", *runs, "--out", str(png)], check=True
         )
         entry["plot"] = str(png.relative_to(HERE.parent))
         report["workloads"][workload] = entry
         report["load_after"] = os.getloadavg()
-        write_results("bench_mujoco", report)  # after each workload: a cut sitting keeps its rows
+        write_results(args.name, report)  # after each workload: a cut sitting keeps its rows
         print(workload, json.dumps({k: v for k, v in entry.items() if k != "jaxlearner"}))
-    print(HERE / "results" / "bench_mujoco.json")
+    print(HERE / "results" / f"{args.name}.json")
 
 
 if __name__ == "__main__":
