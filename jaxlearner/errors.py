@@ -1,4 +1,4 @@
-"""Error types whose messages read well."""
+"""Error and warning types whose messages read well."""
 
 from __future__ import annotations
 
@@ -44,3 +44,12 @@ class NonFiniteError(FloatingPointError):
 
     def __reduce__(self) -> tuple[type[NonFiniteError], tuple[int, str, str, float]]:
         return type(self), (self.iteration, self.module, self.metric, self.value)
+
+
+class SmallDatasetWarning(UserWarning):
+    """A dataset holds fewer rows than an offline algorithm's ``train_batch_size``.
+
+    Warned by :class:`~jaxlearner.OfflineTrainer`, which then trains on every row in
+    each update (see :func:`~jaxlearner.algorithms.offline.fit_batch`); the command
+    line prints it as one line naming ``--config train_batch_size=N``.
+    """

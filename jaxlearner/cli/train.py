@@ -17,6 +17,7 @@ import math
 import pathlib
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from types import FrameType
 from typing import TypeAlias
@@ -44,7 +45,7 @@ from jaxlearner.cli.run_settings import (
     load_dataset,
     run_settings,
 )
-from jaxlearner.errors import NonFiniteError
+from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.training.offline.trainer import OfflineTrainer
 from jaxlearner.training.outputs.loggers import (
@@ -182,14 +183,26 @@ def _trainer(
     """The trainer of the run: on the dataset for BC and MARWIL, else on rollouts."""
     progress = None if options.progress else False
     if is_offline(algorithm):
-        return OfflineTrainer(
-            algorithm,
-            load_dataset(settings.dataset),
-            settings.env,
-            seed=settings.seed,
-            writers=writers,
-            progress=progress,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SmallDatasetWarning)  # said below, in one line
+            trainer = OfflineTrainer(
+                algorithm,
+                load_dataset(settings.dataset),
+                settings.env,
+                seed=settings.seed,
+                writers=writers,
+                progress=progress,
+            )
+        rows = trainer.algorithm.train_batch_size
+        if rows < algorithm.train_batch_size:
+            print(
+                f"jaxlearner train: notice: the dataset holds {rows} rows, fewer than "
+                f"{algorithm.name}'s train_batch_size ({algorithm.train_batch_size}): each "
+                f"update trains on all {rows} (--config train_batch_size=N to choose fewer)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return trainer
     return Trainer(
         algorithm,
         settings.env,
