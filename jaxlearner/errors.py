@@ -19,6 +19,16 @@ class CheckpointCorruptedError(ValueError):
     """
 
 
+class CheckpointLinkError(CheckpointCorruptedError):
+    """A checkpoint step holds a symbolic link: refused before anything in it is read.
+
+    Damage (a missing or unreadable file, a digest that differs) happens to a disk or a
+    copy; a link in a step was put there, and could make a restore read another file.
+    So where the command line falls back past a damaged step to an older intact one,
+    it refuses a step with a link instead, and stops.
+    """
+
+
 class NonFiniteError(FloatingPointError):
     """A training iteration left a module's loss or params non-finite (NaN or infinite).
 
