@@ -48,6 +48,7 @@ from jaxlearner.training import run_book
 from jaxlearner.training.env_runner import EnvLike, EnvRunner
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
+from jaxlearner.training.outputs.params import describe_env, run_params
 from jaxlearner.training.trainer import TrainerCounters
 
 
@@ -151,8 +152,20 @@ class OfflineTrainer:
         self._updates = jax.jit(
             make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
         )
+        params = run_params(
+            self.learner,
+            env=describe_env(env),
+            seed=seed,
+            eval_episodes=eval_episodes,
+            dataset_rows=self._dataset.num_steps,
+            train_batch_size=algorithm.train_batch_size,
+        )
         self._book = run_book.RunBook(
-            TrainerCounters(), owner="OfflineTrainer", writers=writers, progress=progress
+            TrainerCounters(),
+            owner="OfflineTrainer",
+            writers=writers,
+            progress=progress,
+            params=params,
         )
 
     algorithm = run_book.trainer_algorithm
