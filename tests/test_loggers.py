@@ -25,7 +25,7 @@ from jaxlearner.training.outputs.loggers import (
     flatten_metrics,
     read_json_lines,
 )
-from jaxlearner.training.outputs.params import flatten_params
+from jaxlearner.training.outputs.run_config import flatten_config
 
 
 def test_flatten_metrics_nests_and_converts():
@@ -287,9 +287,9 @@ def fake_mlflow(monkeypatch):
     return fake
 
 
-def test_flatten_params_joins_keys_and_writes_values_as_json():
+def test_flatten_config_joins_keys_and_writes_values_as_json():
     params = {"config": {"lr": 3e-4, "hidden_sizes": (64, 64), "grad_clip": None}, "a": "text"}
-    assert flatten_params(params) == {
+    assert flatten_config(params) == {
         "config/lr": "0.0003",
         "config/hidden_sizes": "[64, 64]",
         "config/grad_clip": "null",
@@ -299,7 +299,7 @@ def test_flatten_params_joins_keys_and_writes_values_as_json():
 
 def test_mlflow_writer_logs_params_in_batches_and_cuts_long_values(fake_mlflow):
     writer = MLflowWriter(experiment="e", run_name="r")
-    writer.write_params({"many": {f"p{i:03d}": i for i in range(250)}, "long": "x" * 600})
+    writer.log_config({"many": {f"p{i:03d}": i for i in range(250)}, "long": "x" * 600})
     assert [call for call in fake_mlflow.calls if call[0] == "log_params"] == [
         ("log_params", 100),
         ("log_params", 100),
@@ -345,7 +345,7 @@ def test_mlflow_writer_logs_params_to_a_real_run(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = f"file://{tmp_path / 'mlruns'}"
     writer = MLflowWriter(experiment="test", run_name="r", tracking_uri=uri)
-    writer.write_params({"algorithm": "ppo", "config": {"lr": 3e-4, "hidden_sizes": [64, 64]}})
+    writer.log_config({"algorithm": "ppo", "config": {"lr": 3e-4, "hidden_sizes": [64, 64]}})
     writer.close()
     params = mlflow.tracking.MlflowClient(uri).get_run(writer.run_id).data.params
     assert params == {"algorithm": "ppo", "config/lr": "0.0003", "config/hidden_sizes": "[64, 64]"}

@@ -43,7 +43,7 @@ from jaxlearner.training import run_book
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.outputs.params import describe_env, run_params
+from jaxlearner.training.outputs.run_config import describe_env, run_config
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
@@ -159,7 +159,7 @@ class Trainer:
         self._state = (
             self.learner.init(init_key) if state is None else self.learner.placement.put(state)
         )
-        params = run_params(
+        config = run_config(
             self.learner,
             env=describe_env(env),
             num_envs=runner.num_envs,
@@ -168,7 +168,7 @@ class Trainer:
             vectorization=vectorization,
         )
         self._book = run_book.RunBook(
-            TrainerCounters(), owner="Trainer", writers=writers, progress=progress, params=params
+            TrainerCounters(), owner="Trainer", writers=writers, progress=progress, config=config
         )
 
     algorithm = run_book.trainer_algorithm

@@ -48,7 +48,7 @@ from jaxlearner.training import run_book
 from jaxlearner.training.env_runner import EnvLike, EnvRunner
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
-from jaxlearner.training.outputs.params import describe_env, run_params
+from jaxlearner.training.outputs.run_config import describe_env, run_config
 from jaxlearner.training.trainer import TrainerCounters
 
 
@@ -152,7 +152,7 @@ class OfflineTrainer:
         self._updates = jax.jit(
             make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
         )
-        params = run_params(
+        config = run_config(
             self.learner,
             env=describe_env(env),
             seed=seed,
@@ -165,7 +165,7 @@ class OfflineTrainer:
             owner="OfflineTrainer",
             writers=writers,
             progress=progress,
-            params=params,
+            config=config,
         )
 
     algorithm = run_book.trainer_algorithm
