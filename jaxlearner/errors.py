@@ -1,4 +1,4 @@
-"""Error types whose messages read well."""
+"""Error and warning types whose messages read well."""
 
 from __future__ import annotations
 
@@ -16,6 +16,16 @@ class CheckpointCorruptedError(ValueError):
 
     Defined here, apart from the orbax-bound checkpoint package, so that the command
     line can answer it with one line without loading orbax first.
+    """
+
+
+class CheckpointLinkError(CheckpointCorruptedError):
+    """A checkpoint step holds a symbolic link: refused before anything in it is read.
+
+    Damage (a missing or unreadable file, a digest that differs) happens to a disk or a
+    copy; a link in a step was put there, and could make a restore read another file.
+    So where the command line falls back past a damaged step to an older intact one,
+    it refuses a step with a link instead, and stops.
     """
 
 
@@ -44,3 +54,12 @@ class NonFiniteError(FloatingPointError):
 
     def __reduce__(self) -> tuple[type[NonFiniteError], tuple[int, str, str, float]]:
         return type(self), (self.iteration, self.module, self.metric, self.value)
+
+
+class SmallDatasetWarning(UserWarning):
+    """A dataset holds fewer rows than an offline algorithm's ``train_batch_size``.
+
+    Warned by :class:`~jaxlearner.OfflineTrainer`, which then trains on every row in
+    each update (see :func:`~jaxlearner.algorithms.offline.fit_batch`); the command
+    line prints it as one line naming ``--config train_batch_size=N``.
+    """

@@ -78,15 +78,22 @@ def test_config_validation(config, message):
         APPOConfig(**config)
 
 
-def test_unknown_fields_and_rollouts_that_do_not_split_are_refused():
+def test_unknown_fields_are_refused_and_rollouts_are_whole_sequences():
     with pytest.raises(ValueError, match=r"Unknown APPOConfig field\(s\) \['clip'\]"):
         jl.algorithms.appo(CARTPOLE.observation_space, CARTPOLE.action_space, {"clip": 0.1})
     algorithm = jl.algorithms.build("appo", CARTPOLE.observation_space, CARTPOLE.action_space)
+    # train_batch_size 500 in sequences of 50: exact where 500 splits into whole sequences...
     assert algorithm.rollout_steps(10) == 50 and algorithm.rollout_steps(5) == 100
-    with pytest.raises(ValueError, match=r"num_envs \(3\) times a multiple of rollout_fra"):
-        algorithm.rollout_steps(3)
-    with pytest.raises(ValueError, match=r"num_envs \(4\) times a multiple"):
-        algorithm.rollout_steps(4)  # 125 steps per env: not whole sequences of 50
+    # ...else the fewest whole sequences per env that make 500: ceil(500 / (N * 50)) * 50.
+    assert algorithm.rollout_steps(3) == 200  # ceil(3.33) = 4 sequences, 600 env steps
+    assert algorithm.rollout_steps(4) == 150  # 125 would cut a sequence: 3, 600 env steps
+    assert algorithm.rollout_steps(8) == 100  # the Trainer's default: 2 sequences, 800
+    assert algorithm.rollout_steps(64) == 50  # one sequence each, 3200 >= 500
+    normalized = jl.algorithms.build(
+        "appo", CARTPOLE.observation_space, CARTPOLE.action_space, {"norm_reward": True}
+    )
+    with pytest.raises(ValueError, match="num_envs_per_env_runner=1, but 8 environments"):
+        normalized.rollout_steps(8)  # the reward statistics are built for one environment
 
 
 def lookup_context(old_logits, kl_coeff=0.3):

@@ -607,6 +607,48 @@ def test_restore_rebuilds_a_learner_from_its_recipe(tmp_path, toy_recipe, caplog
     assert_identical(resumed, expected)
 
 
+def build_toy_pair(recipe):
+    spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.adam(recipe["learning_rate"]))
+    batch = regression_batch()
+    return jl.Learner(
+        {"policy": spec, "frozen": spec},
+        recipe=recipe,
+        sample_batch={"policy": batch, "frozen": batch},
+    )
+
+
+def test_restore_brings_back_the_learner_settings_not_in_the_recipe(tmp_path):
+    register_recipe("toy_pair", build_toy_pair, replace=True)
+    built = learner_from_recipe({"algorithm": "toy_pair", "learning_rate": 0.01})
+    settings = {
+        "modules_to_train": {"policy"},
+        "minibatch_size": 16,
+        "num_epochs": 2,
+        "shuffle": False,
+        "skip_nonfinite": True,
+    }
+    learner = built.replace(**settings)
+    batch = {"policy": regression_batch(seed=1), "frozen": regression_batch(seed=1)}
+    state = learner.init(jax.random.key(0))
+    with CheckpointManager(tmp_path, async_save=False) as ckpt:
+        ckpt.save(1, state, learner)
+    rebuilt, restored = restore(tmp_path)
+    assert rebuilt.modules_to_train == frozenset({"policy"})
+    for name in ("minibatch_size", "num_epochs", "shuffle", "skip_nonfinite"):
+        assert getattr(rebuilt.config, name) == settings[name], name
+    expected, _ = learner.update(state, batch)
+    resumed, _ = rebuilt.update(restored, batch)
+    assert_identical(resumed, expected)  # "frozen" stays as it was in both
+    # A step saved before the settings were recorded keeps the builder's.
+    path = tmp_path / "1" / "jaxlearner" / "metadata"
+    metadata = json.loads(path.read_text())
+    del metadata["learner"]
+    path.write_text(json.dumps(metadata))
+    older, _ = restore(tmp_path)
+    assert older.modules_to_train == built.modules_to_train == frozenset({"policy", "frozen"})
+    assert older.config == built.config
+
+
 def test_restore_without_a_usable_recipe(tmp_path, toy_recipe):
     spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))
     batch = regression_batch()

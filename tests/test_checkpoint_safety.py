@@ -1,5 +1,6 @@
 """Checkpoints nothing can damage: one writer, failures that end, no stray output, no links."""
 
+import logging
 import os
 import shutil
 import subprocess
@@ -170,8 +171,27 @@ def test_restoring_damaged_steps_prints_nothing_but_the_errors(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["damaged", "1", "damaged", "2", "damaged", "3", "damaged", "4"]
-    for stray in ("Event loop is closed", "Traceback", "Exception ignored"):
+    for stray in ("Event loop is closed", "Traceback", "Exception ignored", "never retrieved"):
         assert stray not in result.stderr, result.stderr[-3000:]
+
+
+def test_unretrieved_failures_of_tensorstore_reads_are_not_logged(tmp_path):
+    from jaxlearner.checkpoint.quiet import _not_an_unretrieved_tensorstore_failure as keep
+
+    def record(error):
+        message = "Future exception was never retrieved\nfuture: <Future finished>"
+        exc_info = (type(error), error, None)
+        return logging.LogRecord("asyncio", logging.ERROR, "f.py", 1, message, (), exc_info)
+
+    damaged = ValueError("NOT_FOUND: Error reading \"d/7f\" [tensorstore_spec='{}']")
+    assert not keep(record(damaged))
+    task = record(damaged)
+    task.msg = task.msg.replace("Future", "Task")
+    assert not keep(task)
+    assert keep(record(ValueError("a failure of some other future")))
+    assert keep(logging.LogRecord("asyncio", logging.ERROR, "f.py", 1, "other", (), None))
+    CheckpointManager(tmp_path, read_only=True).close()  # installs the filters, once
+    assert keep in logging.getLogger("asyncio").filters
 
 
 @pytest.mark.parametrize("which", ["metadata", "array"])

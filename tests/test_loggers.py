@@ -2,11 +2,17 @@
 
 import io
 import math
+import sys
+import types
 
+import gymnasium as gym
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxlearner as jl
+from jaxlearner.errors import SmallDatasetWarning
 from jaxlearner.training.outputs.loggers import (
     COMPILING,
     ConsoleWriter,
@@ -19,6 +25,7 @@ from jaxlearner.training.outputs.loggers import (
     flatten_metrics,
     read_json_lines,
 )
+from jaxlearner.training.outputs.run_config import flatten_config
 
 
 def test_flatten_metrics_nests_and_converts():
@@ -267,3 +274,102 @@ def test_mlflow_writer_logs_at_env_steps(tmp_path, monkeypatch):
     client = mlflow.tracking.MlflowClient(uri)
     history = client.get_metric_history(writer.run_id, "episode_return_mean")
     assert [(m.value, m.step) for m in history] == [(20.0, 2048)]
+
+
+class FakeMLflow(types.ModuleType):
+    """The few mlflow calls MLflowWriter makes, recorded."""
+
+    def __init__(self):
+        super().__init__("mlflow")
+        self.calls = []
+        self.params = {}
+
+    def set_experiment(self, name):
+        self.calls.append(("set_experiment", name))
+
+    def start_run(self, run_name=None):
+        self.calls.append(("start_run", run_name))
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id="fake"))
+
+    def log_params(self, params):
+        assert len(params) <= 100  # MLflow's most per call
+        assert not set(params) & set(self.params)  # each param once
+        self.calls.append(("log_params", len(params)))
+        self.params.update(params)
+
+    def log_metrics(self, metrics, step):
+        self.calls.append(("log_metrics", step))
+
+    def end_run(self):
+        self.calls.append(("end_run",))
+
+
+@pytest.fixture
+def fake_mlflow(monkeypatch):
+    fake = FakeMLflow()
+    monkeypatch.setitem(sys.modules, "mlflow", fake)
+    return fake
+
+
+def test_flatten_config_joins_keys_and_writes_values_as_json():
+    params = {"config": {"lr": 3e-4, "hidden_sizes": (64, 64), "grad_clip": None}, "a": "text"}
+    assert flatten_config(params) == {
+        "config/lr": "0.0003",
+        "config/hidden_sizes": "[64, 64]",
+        "config/grad_clip": "null",
+        "a": "text",
+    }
+
+
+def test_mlflow_writer_logs_params_in_batches_and_cuts_long_values(fake_mlflow):
+    writer = MLflowWriter(experiment="e", run_name="r")
+    writer.log_config({"many": {f"p{i:03d}": i for i in range(250)}, "long": "x" * 600})
+    assert [call for call in fake_mlflow.calls if call[0] == "log_params"] == [
+        ("log_params", 100),
+        ("log_params", 100),
+        ("log_params", 51),
+    ]
+    assert fake_mlflow.params["many/p249"] == "249"
+    assert fake_mlflow.params["long"] == "x" * 497 + "..."
+
+
+@pytest.mark.parametrize("kind", ["trainer", "offline"])
+def test_trainers_log_the_resolved_config_as_params_once(fake_mlflow, kind):
+    env = gym.make("CartPole-v1")
+    writer = MLflowWriter()
+    if kind == "trainer":
+        learner = jl.algorithms.ppo(env.observation_space, env.action_space, {"lr": 1e-3})
+        trainer = jl.Trainer(learner, "CartPole-v1", num_envs=2, writers=[writer], seed=3)
+    else:
+        learner = jl.algorithms.bc(env.observation_space, env.action_space, {"lr": 1e-3})
+        module = learner.init(jax.random.key(0)).modules["default_policy"]
+        explore = jl.algorithms.algorithm_for(learner).explore
+        dataset = jl.record_episodes(explore, module, "CartPole-v1", 2, num_envs=2)
+        with pytest.warns(SmallDatasetWarning):
+            trainer = jl.OfflineTrainer(learner, dataset, writers=[writer], seed=3)
+    trainer.close()
+    params = fake_mlflow.params
+    name = "ppo" if kind == "trainer" else "bc"
+    assert params["algorithm"] == name and params["config/lr"] == "0.001"
+    # Every field of the typed config, defaults included: the resolved config.
+    assert {f"config/{k}" for k in learner.recipe["config"]} <= set(params)
+    assert params["trainer/env"] == "CartPole-v1" and params["trainer/seed"] == "3"
+    assert params["learner/modules_to_train"] == '["default_policy"]'
+    if kind == "trainer":
+        assert params["trainer/num_envs"] == "2" and params["config/train_batch_size"] == "4000"
+    else:
+        rows = dataset.num_steps
+        assert params["trainer/train_batch_size"] == str(rows)  # what fits, not 2000
+        assert params["config/train_batch_size"] == "2000"
+    assert fake_mlflow.calls[-1] == ("end_run",)
+
+
+def test_mlflow_writer_logs_params_to_a_real_run(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = f"file://{tmp_path / 'mlruns'}"
+    writer = MLflowWriter(experiment="test", run_name="r", tracking_uri=uri)
+    writer.log_config({"algorithm": "ppo", "config": {"lr": 3e-4, "hidden_sizes": [64, 64]}})
+    writer.close()
+    params = mlflow.tracking.MlflowClient(uri).get_run(writer.run_id).data.params
+    assert params == {"algorithm": "ppo", "config/lr": "0.0003", "config/hidden_sizes": "[64, 64]"}

@@ -204,6 +204,18 @@ def test_one_pass_is_the_default_iteration():
         updates_per_iteration(algorithm, 3)
 
 
+def test_fit_batch_makes_a_small_dataset_one_batch():
+    from jaxlearner.algorithms.offline import fit_batch, updates_per_iteration
+
+    algorithm = small("bc")  # train_batch_size 4
+    assert fit_batch(algorithm, 4) is algorithm and fit_batch(algorithm, 10) is algorithm
+    fitted = fit_batch(algorithm, 3)
+    assert fitted.train_batch_size == 3 and updates_per_iteration(fitted, 3) == 1
+    assert fitted.learner is algorithm.learner and fitted.config == algorithm.config
+    with pytest.raises(ValueError, match="at least one row; got 0"):
+        fit_batch(algorithm, 0)
+
+
 def test_configs_recipes_and_kinds():
     kinds = (("bc", jl.algorithms.BCConfig), ("marwil", jl.algorithms.MARWILConfig))
     for name, config_type in kinds:

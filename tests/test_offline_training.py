@@ -13,6 +13,7 @@ from helpers import assert_same_stats, assert_trees_close, interrupted_and_resum
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.spaces import space_to_json
 from jaxlearner.cli import main
+from jaxlearner.errors import SmallDatasetWarning
 from jaxlearner.training.offline.datasets import Dataset, record_episodes
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -64,10 +65,23 @@ def test_a_dataset_of_other_spaces_is_refused_before_anything_compiles(random_da
         unnamed = Dataset(random_dataset.columns, other.observation_space, space_to_json(three))
         with pytest.raises(ValueError, match="names no environment to evaluate in; pass env="):
             jl.OfflineTrainer(fits, unnamed)
-        too_big = jl.algorithms.bc(*random_dataset.spaces(), {"train_batch_size": 100_000})
-        with pytest.raises(ValueError, match="fewer than bc's train_batch_size"):
-            jl.OfflineTrainer(too_big, random_dataset)
     assert compiled.count == 0
+
+
+@pytest.mark.parametrize("name", ["bc", "marwil"])
+def test_a_dataset_smaller_than_a_batch_trains_on_all_its_rows_with_a_warning(name, random_dataset):
+    rows = random_dataset.num_steps
+    big = {**SMALL, "train_batch_size": rows + 1}
+    learner = jl.algorithms.build(name, *random_dataset.spaces(), big).learner
+    with pytest.warns(SmallDatasetWarning, match=rf"holds {rows} rows, fewer than"):
+        trainer = jl.OfflineTrainer(learner, random_dataset, eval_episodes=1)
+    try:
+        assert trainer.algorithm.train_batch_size == rows  # every row, in each update
+        assert trainer.algorithm.config.train_batch_size == rows + 1  # the config as asked
+        assert trainer.rows_per_iteration == rows  # one pass, one update
+        assert trainer.step()["env_steps"] == rows
+    finally:
+        trainer.close()
 
 
 @pytest.mark.parametrize("name", ["bc", "marwil"])

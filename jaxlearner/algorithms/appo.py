@@ -23,7 +23,8 @@ field                             default     meaning (RLlib's name where it dif
                                               ``old <- tau * params + (1 - tau) * old``
 ``grad_clip``                     40.0        clip threshold (``grad_clip_by``: global_norm)
 ``rollout_fragment_length``       50          ``L``: the length of the sequences trained on
-``train_batch_size``              500         env steps per training iteration
+``train_batch_size``              500         env steps per training iteration, at least
+                                              (whole sequences per env: see below)
 ``minibatch_size``                None        env steps per minibatch (a multiple of ``L``);
                                               ``None``: the whole batch
 ``num_epochs``                    1
@@ -45,7 +46,13 @@ field                             default     meaning (RLlib's name where it dif
 ================================  ==========  ==============================================
 
 A rollout of ``[T, N]`` steps is cut into ``T / L * N`` sequences of ``L`` steps
-of one environment each (rows ``[L, ...]``); minibatches take whole sequences, so
+of one environment each (rows ``[L, ...]``). Each of the ``N`` environments collects
+the fewest whole sequences that make at least ``train_batch_size`` env steps in
+all, ``T = ceil(train_batch_size / (N * L)) * L``, as RLlib's samplers collect
+whole fragments until they hold ``train_batch_size`` steps: RLlib's defaults
+(500 and ``L = 50``) on the :class:`~jaxlearner.Trainer`'s 8 environments collect
+2 sequences per environment, 800 env steps; a ``train_batch_size`` of ``N``
+times a multiple of ``L`` is collected exactly. Minibatches take whole sequences, so
 the loss can run :func:`~jaxlearner.algorithms.trajectories.returns.vtrace` backwards in time
 over each. Inside the loss, from the current params: the values of every
 observation and next observation; from the *old* policy ``pi_old`` (the module's
@@ -395,15 +402,15 @@ def _sequences(length: int, x: jax.Array) -> jax.Array:
 
 
 def _rollout_steps(config: APPOConfig, norm: Normalization, num_envs: int) -> int:
+    """Steps per environment: the fewest whole sequences making ``train_batch_size`` in all.
+
+    Example: 500 env steps in sequences of 50 over 8 environments is
+    ``ceil(500 / 400) = 2`` sequences each, 100 steps per environment, 800 in all.
+    """
     norm.check_num_envs("APPOConfig", num_envs)
-    steps, length = divmod(config.train_batch_size, num_envs)
-    if length or steps % config.rollout_fragment_length:
-        raise ValueError(
-            f"APPO's train_batch_size {config.train_batch_size} must be num_envs ({num_envs}) "
-            f"times a multiple of rollout_fragment_length ({config.rollout_fragment_length}): "
-            "each environment's rollout is cut into whole sequences."
-        )
-    return steps
+    length = config.rollout_fragment_length
+    sequences = -(-config.train_batch_size // (num_envs * length))  # ceil, at least 1
+    return sequences * length
 
 
 RECIPE = BuiltinAlgorithm("appo", APPOConfig, make_learner, make_algorithm)

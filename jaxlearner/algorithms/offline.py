@@ -6,7 +6,8 @@ A dataset is ``[N]`` steps of whole episodes back to back (see
 episode's last step). An :class:`~jaxlearner.algorithms.OfflineAlgorithm`
 turns those into training rows once (its ``rows``); :func:`make_offline_updates`
 then runs ``U`` gradient updates in one ``lax.scan``, each on
-``train_batch_size`` rows drawn without replacement (:func:`epoch_indices`).
+``train_batch_size`` rows drawn without replacement (:func:`epoch_indices`);
+:func:`fit_batch` makes that batch every row of a dataset smaller than one batch.
 
 :func:`returns_to_go` gives MARWIL's value targets: with RLlib's default
 ``lambda_ = 1`` the GAE value target of step ``t`` is the discounted return to
@@ -18,6 +19,7 @@ loss evaluates with the current value function (:func:`returns_to_go`'s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import NamedTuple, Protocol
@@ -92,6 +94,28 @@ def returns_to_go(
     return ReturnsToGo(returns, bootstrap_obs, discounts)
 
 
+def fit_batch(algorithm: OfflineAlgorithm, num_rows: int) -> OfflineAlgorithm:
+    """``algorithm`` with a ``train_batch_size`` that ``num_rows`` rows can fill.
+
+    The algorithm itself when the rows fill its batch; otherwise a copy whose batch is
+    every row (RLlib reads what a dataset holds when it holds less than one batch, too).
+    The config and the learner are the same: a checkpoint still records the
+    ``train_batch_size`` asked for, and the same dataset fits it the same way again.
+
+    Raises:
+      ValueError: for ``num_rows`` below 1.
+
+    Example:
+      >>> fit_batch(algorithm, 1676).train_batch_size  # BC's default is 2000  # doctest: +SKIP
+      1676
+    """
+    if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 1:
+        raise ValueError(f"A dataset to train on holds at least one row; got {num_rows!r}.")
+    if num_rows >= algorithm.train_batch_size:
+        return algorithm
+    return dataclasses.replace(algorithm, train_batch_size=num_rows)
+
+
 def updates_per_iteration(algorithm: OfflineAlgorithm, num_rows: int) -> int:
     """The updates one training iteration runs on ``num_rows`` rows, a static int.
 
@@ -100,7 +124,8 @@ def updates_per_iteration(algorithm: OfflineAlgorithm, num_rows: int) -> int:
     for the next pass, whose order differs).
 
     Raises:
-      ValueError: when the dataset holds fewer rows than one batch.
+      ValueError: when the dataset holds fewer rows than one batch (:func:`fit_batch`
+        makes a batch that fits).
 
     Example:
       >>> updates_per_iteration(algorithm, 9530)  # train_batch_size 256  # doctest: +SKIP

@@ -9,21 +9,23 @@ Orbax-free helpers of :mod:`jaxlearner.checkpoint.manager`'s restore path:
 * :func:`first_unreadable_leaf`: when a whole-state read fails, the leaf that fails alone.
 
 Damage is a :class:`CheckpointCorruptedError`, a ``ValueError`` naming the step and the
-file or leaf.
+file or leaf; a link is its subclass :class:`CheckpointLinkError`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from jaxlearner.checkpoint.leaves import digest, host_value
 from jaxlearner.checkpoint.metadata import shorten
-from jaxlearner.errors import CheckpointCorruptedError
+from jaxlearner.errors import CheckpointCorruptedError, CheckpointLinkError
 
 __all__ = [
     "CheckpointCorruptedError",
+    "CheckpointLinkError",
     "check_extra_arrays",
     "corrupted",
     "first_unreadable_leaf",
@@ -38,14 +40,14 @@ def refuse_links(directory: str, step: int) -> None:
     A local directory only; a URL such as ``gs://...`` has no links to check.
 
     Raises:
-      CheckpointCorruptedError: naming the first link found and where it points.
+      CheckpointLinkError: naming the first link found and where it points.
     """
     if "://" in directory:
         return
     root = os.path.join(directory, str(step))
     for path in _walk(root):
         if os.path.islink(path):
-            raise CheckpointCorruptedError(
+            raise CheckpointLinkError(
                 f"Checkpoint step {step} in {directory} is refused: {path} is a symbolic link "
                 f"(to {os.readlink(path)}); a step's files are read only from its own folder."
             )
@@ -72,8 +74,21 @@ def verify_digests(step: int, saved: dict[str, str], arrays: dict[str, Any], kin
 
 
 def corrupted(where: str, error: BaseException) -> CheckpointCorruptedError:
-    """The error for damage found at ``where``, with the reader's own message, shortened."""
-    return CheckpointCorruptedError(f"{where}: {shorten(str(error), 400)}")
+    """The error for damage found at ``where``, with the reader's own message, shortened.
+
+    Tensorstore ends its messages with the whole spec of the store it read and its own
+    source locations (a thousand characters of JSON); what went wrong, and in which
+    file, comes before them, and is kept.
+
+    Example:
+      >>> str(corrupted("Step 3", OSError('NOT_FOUND: Error reading "d/7f" [tensorstore_spec={}]')))
+      'Step 3: NOT_FOUND: Error reading "d/7f"'
+    """
+    reason = _READER_DETAILS.sub("", str(error))
+    return CheckpointCorruptedError(f"{where}: {shorten(reason, 400)}")
+
+
+_READER_DETAILS = re.compile(r"\s*\[(?:tensorstore_spec|source locations)=.*", re.DOTALL)
 
 
 def check_extra_arrays(

@@ -9,10 +9,12 @@ Orbax-free filters used by :mod:`jaxlearner.checkpoint.manager`:
   thread that met it, and a failed restore leaves reads pending on an event loop orbax
   has closed, which complain (``Event loop is closed``, ``Exception ignored in:
   <coroutine ...>``) when they finish or are collected, long after the error was
-  raised. Both are dropped: orbax's ERROR log records and the unraisable exceptions of
-  its abandoned coroutines. Everything else passes through. It also turns off orbax's
-  count of the bytes tensorstore wrote, whose tensorstore call leaks memory
-  (:func:`_skip_leaking_byte_count`).
+  raised; and the futures of the reads that failed beside the one raised log
+  ``Future exception was never retrieved`` (or ``Task ...``) when collected. All are
+  dropped: orbax's ERROR log records, the unraisable exceptions of its abandoned
+  coroutines and asyncio's records of unretrieved tensorstore failures. Everything
+  else passes through. It also turns off orbax's count of the bytes tensorstore wrote,
+  whose tensorstore call leaks memory (:func:`_skip_leaking_byte_count`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _READ_ONLY_NOTICES = (
     "Given directory is read only",
 )
 _ORBAX = f"{os.sep}orbax{os.sep}"
+_UNRETRIEVED = ("Future exception was never retrieved", "Task exception was never retrieved")
 _installed = False
 
 
@@ -56,7 +59,8 @@ def quiet_orbax_failures(tensorstore_utils: ModuleType) -> None:
     """Installs, once per process, the filters that drop orbax's echoes of a failure.
 
     A log filter on the ``absl`` logger drops ERROR records logged from orbax's own
-    files; ``sys.unraisablehook`` is wrapped to drop the complaints of orbax's abandoned
+    files, one on the ``asyncio`` logger the unretrieved failures of tensorstore reads;
+    ``sys.unraisablehook`` is wrapped to drop the complaints of orbax's abandoned
     coroutines and event loops, and passes everything else to the hook before it.
 
     Args:
@@ -68,6 +72,7 @@ def quiet_orbax_failures(tensorstore_utils: ModuleType) -> None:
     _installed = True
     _skip_leaking_byte_count(tensorstore_utils)
     logging.getLogger("absl").addFilter(_not_an_orbax_error)
+    logging.getLogger("asyncio").addFilter(_not_an_unretrieved_tensorstore_failure)
     previous = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
@@ -98,6 +103,19 @@ def _no_byte_count(*args: object, **kwargs: object) -> None:
 
 def _not_an_orbax_error(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR or _ORBAX not in record.pathname
+
+
+def _not_an_unretrieved_tensorstore_failure(record: logging.LogRecord) -> bool:
+    """False for asyncio's record of a tensorstore read's failure nobody retrieved.
+
+    A damaged step fails many of a read's concurrent parts at once; the manager raises
+    one failure, and asyncio logs each other one when its future or task is collected
+    (the error comes from tensorstore, whose messages name its spec).
+    """
+    if not record.getMessage().startswith(_UNRETRIEVED):
+        return True
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or "tensorstore_spec" not in str(error)
 
 
 def _orbax_leftover(unraisable: Any) -> bool:

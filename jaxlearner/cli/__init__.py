@@ -6,9 +6,11 @@
   logs to the console and ``runs/NAME/metrics.jsonl``, checkpoints to
   ``runs/NAME/checkpoints`` periodically and at the end, and prints where
   everything went.
-* ``jaxlearner eval runs/NAME`` restores the latest (or best) checkpoint and
-  reports evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one
-  episode, ``--render human`` plays one in a window.
+* ``jaxlearner eval runs/NAME`` restores the newest intact (or best, or ``--step N``)
+  checkpoint and reports evaluation returns; ``--video episode.gif`` (or ``.mp4``)
+  records one episode, ``--render human`` plays one in a window. A damaged newest
+  step is reported in one line and skipped, by ``record`` and ``train --resume`` too
+  (:mod:`jaxlearner.cli.checkpoint_choice`).
 * ``jaxlearner train ALGO --env ENV`` starts from the environment's preset row where
   there is one (RL Zoo's settings for PPO, SAC and DQN on classic control and MuJoCo);
   ``jaxlearner presets [ALGO]`` lists them, ``--preset none`` uses the library's defaults.

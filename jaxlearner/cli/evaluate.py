@@ -1,23 +1,27 @@
 """The commands that act with a run's policy: ``eval`` and ``record``.
 
-* ``jaxlearner eval RUN`` restores the latest (or best) checkpoint and reports
-  evaluation returns; ``--video episode.gif`` (or ``.mp4``) records one episode,
-  ``--render human`` plays one in a window.
+* ``jaxlearner eval RUN`` restores the newest intact (or the best, or ``--step N``)
+  checkpoint and reports evaluation returns; ``--video episode.gif`` (or ``.mp4``)
+  records one episode, ``--render human`` plays one in a window.
 * ``jaxlearner record RUN --episodes N --out DIR`` records episodes of the run's
   policy as a dataset for the offline algorithms.
+
+A newest checkpoint that is damaged is reported in one line and the next older intact
+one is read instead (:mod:`jaxlearner.cli.checkpoint_choice`).
 """
 
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import gymnasium as gym
 import jax
 
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
-from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.checkpoint.rebuild import restore
+from jaxlearner.cli.checkpoint_choice import Chosen, read_checkpoint
 from jaxlearner.cli.options import EvalOptions, RecordOptions
 from jaxlearner.cli.run_folder import (
     CHECKPOINTS,
@@ -50,8 +54,15 @@ def evaluate(options: EvalOptions) -> int:
     video = _video_path(options)
     if video is not None or options.render is not None:
         _check_rendering(info["env"])
-    step = _checkpoint_step(run, options)
-    learner, state = restore(run / CHECKPOINTS, step)
+    chosen = read_checkpoint(
+        run / CHECKPOINTS,
+        "eval",
+        lambda step: restore(run / CHECKPOINTS, step),
+        step=options.step,
+        best=options.best,
+    )
+    say_fallback("eval", chosen)
+    step, (learner, state) = chosen.step, chosen.value
     algorithm = algorithm_for(learner)
     runner = EnvRunner(info["env"], num_envs=options.episodes, seed=options.seed)
     try:
@@ -75,18 +86,15 @@ def evaluate(options: EvalOptions) -> int:
     return 0
 
 
-def _checkpoint_step(run: pathlib.Path, options: EvalOptions | RecordOptions) -> int:
-    """The step ``--best`` or ``--step`` names, else the latest; checked to exist."""
-    best_metric = "eval/return_mean" if options.best else None
-    with CheckpointManager(
-        run / CHECKPOINTS, read_only=True, best_metric=best_metric
-    ) as checkpoint:
-        if checkpoint.latest_step() is None:
-            raise UsageError(f"{run / CHECKPOINTS} holds no checkpoint")
-        step = checkpoint.best_step() if options.best else options.step
-        if step is not None and step not in checkpoint.all_steps():
-            raise UsageError(f"no checkpoint step {step}; steps: {list(checkpoint.all_steps())}")
-        return checkpoint.latest_step() if step is None else step
+def say_fallback(command: str, chosen: Chosen[object]) -> None:
+    """The one line saying a command reads an older step than the newest, if it does."""
+    if chosen.skipped:
+        print(
+            f"jaxlearner {command}: using checkpoint step {chosen.step}, the newest intact one "
+            f"(the damaged steps {list(chosen.skipped)} are left as they are)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def record(options: RecordOptions) -> int:
@@ -98,7 +106,15 @@ def record(options: RecordOptions) -> int:
     """
     run, info = read_run(options.run)
     check_folder_path("--out", pathlib.Path(options.out))
-    step = _checkpoint_step(run, options)
+    chosen = read_checkpoint(
+        run / CHECKPOINTS,
+        "record",
+        lambda step: restore(run / CHECKPOINTS, step),  # read in full, then again to record
+        step=options.step,
+        best=options.best,
+    )
+    say_fallback("record", chosen)
+    step = chosen.step
     own_folder(pathlib.Path(options.out), "--out")  # not into a folder a live run writes
     try:
         dataset = record_run(

@@ -97,6 +97,8 @@ class TrainOptions:
     Attributes:
       algorithm: the algorithm's name as typed (any case); ``None`` with ``resume``.
       resume: the run folder to continue.
+      step: with ``resume``, the checkpoint step to continue from (``None``: the newest
+        intact one).
       env: a gymnasium environment id.
       dataset: an offline algorithm's dataset: a folder or ``minari:ID``.
       config: the ``--config`` overrides as typed, ``KEY=VALUE`` each.
@@ -117,12 +119,13 @@ class TrainOptions:
 
     Raises:
       ValueError: for a count below 1, a seed out of range, a stop reward that is
-        NaN or infinite, a ``devices`` that is neither ``"all"`` nor positive, or an
-        unknown ``preset``.
+        NaN or infinite, a ``devices`` that is neither ``"all"`` nor positive, an
+        unknown ``preset``, or a ``step`` without ``resume``.
     """
 
     algorithm: str | None = None
     resume: pathlib.Path | None = None
+    step: int | None = None
     env: str | None = None
     dataset: str | None = None
     config: tuple[str, ...] = ()
@@ -153,6 +156,10 @@ class TrainOptions:
         check_seed("--seed", self.seed)
         if self.devices is not None and self.devices != "all":
             check_positive_int("--devices", self.devices)
+        if self.step is not None and self.resume is None:
+            raise ValueError(
+                f"--step {self.step} chooses the checkpoint --resume RUN continues from"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

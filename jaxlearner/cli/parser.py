@@ -79,7 +79,13 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
     command.add_argument(
         "--resume",
         metavar="RUN",
-        help="continue RUN from its latest checkpoint with its settings (after Ctrl-C)",
+        help="continue RUN from its newest intact checkpoint with its settings (after Ctrl-C); "
+        "from an older one, the run goes on in a new folder beside it (RUN-2)",
+    )
+    command.add_argument(
+        "--step",
+        type=int,
+        help="with --resume: the checkpoint step to continue from (default: the newest intact)",
     )
     command.add_argument("--env", help="a gymnasium environment id (default: the algorithm's)")
     command.add_argument(
@@ -146,7 +152,9 @@ def _add_eval(commands: _Commands) -> argparse.ArgumentParser:
     command.add_argument("--episodes", type=_positive_int, default=10)
     which = command.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
-    which.add_argument("--step", type=int, help="a specific checkpoint step")
+    which.add_argument(
+        "--step", type=int, help="a specific checkpoint step (default: the newest intact one)"
+    )
     command.add_argument("--seed", type=_seed, default=0)
     command.add_argument(
         "--render",
@@ -173,7 +181,9 @@ def _add_record(commands: _Commands) -> argparse.ArgumentParser:
     )
     which = command.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
-    which.add_argument("--step", type=int, help="a specific checkpoint step")
+    which.add_argument(
+        "--step", type=int, help="a specific checkpoint step (default: the newest intact one)"
+    )
     command.add_argument("--num-envs", type=_positive_int, default=8, help="envs stepped together")
     command.add_argument("--seed", type=_seed, default=0)
     return command
@@ -366,6 +376,7 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
     return TrainOptions(
         algorithm=algorithm,
         resume=None if args.resume is None else pathlib.Path(args.resume),
+        step=args.step,
         env=args.env,
         dataset=args.dataset,
         config=tuple(config),

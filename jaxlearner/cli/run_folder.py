@@ -110,14 +110,23 @@ def new_run_folder(out: pathlib.Path, *, beside: bool) -> tuple[pathlib.Path, Fo
             f"--out {out} holds a run already; continue it with 'jaxlearner train --resume "
             f"{out}', or start a new run beside it with --new-run ({_sibling(out, 2)}, ...)"
         )
+    return sibling_run_folder(out, "--out")
+
+
+def sibling_run_folder(run: pathlib.Path, option: str) -> tuple[pathlib.Path, FolderLock]:
+    """The first of ``RUN-2``, ``RUN-3``, ... that does not exist, made here and owned.
+
+    Raises:
+      UsageError: when none is free up to ``RUN-9999`` (naming ``option``).
+    """
     for number in range(2, 10_000):
-        candidate = _sibling(out, number)
+        candidate = _sibling(run, number)
         try:
             candidate.mkdir(parents=True)
         except FileExistsError:
             continue
-        return candidate, own_folder(candidate, "--out")
-    raise UsageError(f"--out {out}: no free folder beside it up to {_sibling(out, 9999)}")
+        return candidate, own_folder(candidate, option)
+    raise UsageError(f"{option} {run}: no free folder beside it up to {_sibling(run, 9999)}")
 
 
 def _sibling(out: pathlib.Path, number: int) -> pathlib.Path:

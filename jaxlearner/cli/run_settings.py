@@ -73,20 +73,30 @@ class RunSettings:
     preset: str | None = None
 
 
-def run_settings(options: TrainOptions) -> RunSettings:
+def run_settings(options: TrainOptions, step: int | None = None) -> RunSettings:
     """The run's settings from the command line, or from ``RUN/run.json`` for ``--resume``.
+
+    Args:
+      options: the command line.
+      step: for ``--resume``, the checkpoint step it continues from, whose config the
+        run takes (``None``: the latest step).
 
     Raises:
       UsageError: for an unknown algorithm or environment, a bad ``--config`` or
         ``--dataset``, or an option given beside ``--resume``.
     """
     if options.resume is not None:
-        return _resumed_settings(options.resume, options)
+        return _resumed_settings(options.resume, options, step)
     return _new_settings(options)
 
 
-def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
-    """The settings ``RUN/run.json`` recorded, with the config the checkpoint was trained with."""
+def check_resume_options(options: TrainOptions) -> None:
+    """Raises unless ``--resume`` comes alone, or with ``--step`` and the run's local options
+    (``--no-progress``, ``--tensorboard``, the compilation cache).
+
+    Raises:
+      UsageError: naming the options to drop.
+    """
     given = [
         option
         for option, value in [
@@ -111,6 +121,11 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
         raise UsageError(
             f"--resume continues a run with the settings in its {RUN_FILE}; drop {given}"
         )
+
+
+def _resumed_settings(run: pathlib.Path, options: TrainOptions, step: int | None) -> RunSettings:
+    """The settings ``RUN/run.json`` recorded, with the config the checkpoint was trained with."""
+    check_resume_options(options)
     _, info = read_run(run)
     number = (int, float, type(None))
     types = {"config": dict, "num_envs": int, "seed": int, "max_steps": int, "stop_reward": number}
@@ -121,7 +136,7 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions) -> RunSettings:
     return RunSettings(
         algorithm=name,
         env=env_id,
-        config=_saved_config(run, info["config"]),
+        config=_saved_config(run, info["config"], step),
         num_envs=info["num_envs"],
         seed=info["seed"],
         stop_reward=info["stop_reward"],
@@ -208,8 +223,8 @@ def _resolved_config(
     return config
 
 
-def _saved_config(run: pathlib.Path, recorded: dict[str, Any]) -> dict[str, Any]:
-    """The whole config the run's latest checkpoint was trained with.
+def _saved_config(run: pathlib.Path, recorded: dict[str, Any], step: int | None) -> dict[str, Any]:
+    """The whole config the run's checkpoint ``step`` (``None``: the latest) was trained with.
 
     ``run.json`` records only the ``--config`` overrides; the command line's
     defaults beneath them may have changed since (they did for PPO), so a
@@ -219,7 +234,7 @@ def _saved_config(run: pathlib.Path, recorded: dict[str, Any]) -> dict[str, Any]
     if not (run / CHECKPOINTS).is_dir():
         return {key: _tuples(value) for key, value in recorded.items()}
     with CheckpointManager(run / CHECKPOINTS, read_only=True) as checkpoint:
-        step = checkpoint.latest_step()
+        step = checkpoint.latest_step() if step is None else step
         recipe = checkpoint.metadata(step).get("recipe") if step is not None else None
     config = recipe["config"] if recipe else recorded
     return {key: _tuples(value) for key, value in config.items()}

@@ -5,18 +5,24 @@ prints how to continue (``jaxlearner train --resume RUN``) and exits with status
 130 or 143. A loss or params gone NaN or infinite stops the run with one line
 naming the iteration, the module and the metric, and exit status 1; the NaN state
 is never saved, so the newest checkpoint is the last finite one. ``--resume``
-restores the latest checkpoint and drops the metrics written after it.
+restores the newest checkpoint and drops the metrics written after it. When the newest
+is damaged (said in one line), or ``--step N`` names an older one, the run goes on from
+that step in a new folder beside it (``RUN-2``: its ``run.json``, its metrics up to the
+step, the step itself, then the steps it saves), so nothing ``RUN`` holds is deleted
+or changed; with no intact step it ends in one line, exit status 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import pathlib
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from types import FrameType
 from typing import TypeAlias
@@ -24,28 +30,33 @@ from typing import TypeAlias
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
 from jaxlearner.algorithms.config import config_to_json
 from jaxlearner.checkpoint.manager import CheckpointManager
+from jaxlearner.checkpoint.rebuild import restore
+from jaxlearner.cli.checkpoint_choice import read_checkpoint
 from jaxlearner.cli.options import TrainOptions
 from jaxlearner.cli.run_folder import (
     CHECKPOINTS,
     METRICS_FILE,
     RUN_FILE,
-    UsageError,
     check_folder_path,
     default_run_name,
     new_run_folder,
     own_folder,
     read_metrics,
+    read_run,
+    sibling_run_folder,
 )
 from jaxlearner.cli.run_settings import (
     RunSettings,
     build,
+    check_resume_options,
     check_tensorboard,
     is_offline,
     load_dataset,
     run_settings,
 )
-from jaxlearner.errors import NonFiniteError
+from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
+from jaxlearner.folder_lock import FolderLock
 from jaxlearner.training.offline.trainer import OfflineTrainer
 from jaxlearner.training.outputs.loggers import (
     ConsoleWriter,
@@ -108,39 +119,98 @@ def train(options: TrainOptions) -> int:
     Raises:
       UsageError: for any option that does not fit, before the run folder is made.
     """
-    if options.out is not None and options.resume is None:
+    if options.resume is not None:
+        return _resume(options, options.resume)
+    if options.out is not None:
         check_folder_path("--out", options.out)  # before anything is built
     settings = run_settings(options)
     algorithm = build(settings)
     check_tensorboard(options.tensorboard)
-    if options.resume is not None:
-        out = options.resume
-        lock = own_folder(out, "--resume")  # one run per folder: refused while one is live
-        with CheckpointManager(out / CHECKPOINTS, read_only=True) as existing:
-            if existing.latest_step() is None:
-                raise UsageError(f"--resume {out}: {out / CHECKPOINTS} holds no checkpoint")
-    else:
-        out = options.out or pathlib.Path(default_run_name(settings.algorithm, settings.env))
-        check_folder_path("--out", out)
-        # Never into a folder that holds a run; the default name is always a fresh one.
-        out, lock = new_run_folder(out, beside=options.new_run or options.out is None)
-        record = {
-            **dataclasses.asdict(settings),
-            "config": config_to_json(algorithm.config),  # resolved: every field
-            "started": datetime.datetime.now().isoformat(timespec="seconds"),
-        }
-        write_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
+    out = options.out or pathlib.Path(default_run_name(settings.algorithm, settings.env))
+    check_folder_path("--out", out)
+    # Never into a folder that holds a run; the default name is always a fresh one.
+    out, lock = new_run_folder(out, beside=options.new_run or options.out is None)
+    record = {
+        **dataclasses.asdict(settings),
+        "config": config_to_json(algorithm.config),  # resolved: every field
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+    write_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
+    return _train_in(out, [lock], settings, algorithm, options, None)
 
+
+def _resume(options: TrainOptions, run: pathlib.Path) -> int:
+    """``train --resume RUN``: from its newest intact step (or ``--step N``), in ``RUN`` itself
+    when that is its newest step, else in a new folder beside it (``RUN-2``), so that no step
+    of ``RUN``, damaged or newer, is deleted or changed."""
+    check_resume_options(options)
+    read_run(run)
+    locks = [own_folder(run, "--resume")]  # one run per folder: refused while one is live
+    try:
+        chosen = read_checkpoint(
+            run / CHECKPOINTS, "train", functools.partial(_read_resumable, run), step=options.step
+        )
+        settings = run_settings(options, chosen.step)
+        algorithm = build(settings)
+        check_tensorboard(options.tensorboard)
+        out = run
+        if chosen.newer:
+            out, lock = sibling_run_folder(run, "--resume")
+            locks.append(lock)
+            _start_beside(run, out, chosen.step)
+            which = "the newest intact one" if chosen.skipped else "as --step asks"
+            print(
+                f"jaxlearner train: resuming from checkpoint step {chosen.step}, {which}, in a "
+                f"new run folder {out} ({run} is left as it is, its steps {list(chosen.newer)} "
+                "included)",
+                file=sys.stderr,
+                flush=True,
+            )
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        raise
+    return _train_in(out, locks, settings, algorithm, options, (run, chosen.step))
+
+
+def _read_resumable(run: pathlib.Path, step: int) -> None:
+    """Reads a step in full as a resume does: its metadata, state and extra data, digests
+    checked; raises :class:`~jaxlearner.errors.CheckpointCorruptedError` for damage."""
+    restore(run / CHECKPOINTS, step)
+    with CheckpointManager(run / CHECKPOINTS, read_only=True) as checkpoint:
+        checkpoint.restore_extra(step)
+
+
+def _start_beside(run: pathlib.Path, out: pathlib.Path, step: int) -> None:
+    """``out``'s ``run.json`` (``run``'s, saying where it came from) and its metrics up to
+    ``step``; ``run`` is only read."""
+    _, info = read_run(run)
+    info["resumed_from"] = {"run": str(run.absolute()), "step": step}
+    write_atomic(out / RUN_FILE, json.dumps(info, indent=2) + "\n")
+    kept = [r for r in read_metrics(run / METRICS_FILE) if r.get("step", 0) <= step]
+    write_atomic(out / METRICS_FILE, "".join(json.dumps(record) + "\n" for record in kept))
+
+
+def _train_in(
+    out: pathlib.Path,
+    locks: list[FolderLock],
+    settings: RunSettings,
+    algorithm: AnyAlgorithm,
+    options: TrainOptions,
+    resume: tuple[pathlib.Path, int] | None,
+) -> int:
+    """Trains into the run folder ``out`` (from step ``resume = (run, step)``, if given) and
+    releases ``locks`` at the end."""
     checkpoint = CheckpointManager(
         out / CHECKPOINTS, max_to_keep=3, keep_best=1, best_metric="eval/return_mean"
     )
     trainer = None
     try:
-        if options.resume is not None:
-            _truncate_metrics(out / METRICS_FILE, checkpoint.latest_step())
+        if resume is not None and resume[0] == out:
+            _truncate_metrics(out / METRICS_FILE, resume[1])
         trainer = _trainer(settings, algorithm, _writers(out, options.tensorboard), options)
-        if options.resume is not None:
-            trainer.restore(checkpoint)  # the steps it saves are the iterations
+        if resume is not None:
+            _restore(trainer, checkpoint, *resume, beside=resume[0] != out)
         return _run(trainer, checkpoint, settings, out, options)
     except NonFiniteError as error:
         print(_nonfinite_line(error, checkpoint, out), file=sys.stderr, flush=True)
@@ -149,7 +219,26 @@ def train(options: TrainOptions) -> int:
         checkpoint.close()
         if trainer is not None:
             trainer.close()
-        lock.release()
+        for lock in locks:
+            lock.release()
+
+
+def _restore(
+    trainer: AnyTrainer,
+    checkpoint: CheckpointManager,
+    run: pathlib.Path,
+    step: int,
+    *,
+    beside: bool,
+) -> None:
+    """The trainer from ``run``'s step. ``beside`` ``run``, in a new folder, that step is saved
+    first in the new folder (``checkpoint``'s), so the new run holds the state it starts from."""
+    if not beside:
+        trainer.restore(checkpoint, step)  # the steps it saves are the iterations
+        return
+    with CheckpointManager(run / CHECKPOINTS, read_only=True) as source:
+        trainer.restore(source, step)
+    trainer.save(checkpoint, metrics=_ranked(trainer.history[-1] if trainer.history else {}))
 
 
 def _nonfinite_line(error: NonFiniteError, checkpoint: CheckpointManager, out: pathlib.Path) -> str:
@@ -182,14 +271,26 @@ def _trainer(
     """The trainer of the run: on the dataset for BC and MARWIL, else on rollouts."""
     progress = None if options.progress else False
     if is_offline(algorithm):
-        return OfflineTrainer(
-            algorithm,
-            load_dataset(settings.dataset),
-            settings.env,
-            seed=settings.seed,
-            writers=writers,
-            progress=progress,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SmallDatasetWarning)  # said below, in one line
+            trainer = OfflineTrainer(
+                algorithm,
+                load_dataset(settings.dataset),
+                settings.env,
+                seed=settings.seed,
+                writers=writers,
+                progress=progress,
+            )
+        rows = trainer.algorithm.train_batch_size
+        if rows < algorithm.train_batch_size:
+            print(
+                f"jaxlearner train: notice: the dataset holds {rows} rows, fewer than "
+                f"{algorithm.name}'s train_batch_size ({algorithm.train_batch_size}): each "
+                f"update trains on all {rows} (--config train_batch_size=N to choose fewer)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return trainer
     return Trainer(
         algorithm,
         settings.env,

@@ -47,6 +47,7 @@ from jaxlearner.errors import NonFiniteError
 from jaxlearner.training.env_runner import EnvRunner, evaluate
 from jaxlearner.training.history import History
 from jaxlearner.training.outputs.loggers import Writer
+from jaxlearner.training.outputs.run_config import ConfigWriter
 from jaxlearner.training.run_loop import Steppable, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
 
@@ -89,6 +90,9 @@ class RunBook(Generic[CountersT]):
       counters_key: the key of the counters in a checkpoint's extra JSON.
       writers: metric writers every recorded iteration goes to.
       progress: show a progress bar in :meth:`run`; ``None`` shows one on a terminal.
+      config: the run's config (:func:`~jaxlearner.training.outputs.run_config.run_config`),
+        logged here once to each writer that takes it (a
+        :class:`~jaxlearner.training.outputs.run_config.ConfigWriter`, such as MLflow's).
 
     Raises:
       TypeError: when ``counters`` is not a dataclass instance.
@@ -110,6 +114,7 @@ class RunBook(Generic[CountersT]):
         counters_key: str = "trainer",
         writers: Sequence[Writer] = (),
         progress: bool | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         if not dataclasses.is_dataclass(counters) or isinstance(counters, type):
             raise TypeError(
@@ -120,6 +125,9 @@ class RunBook(Generic[CountersT]):
         self.stop_requested = False
         self._owner, self._counters_key = owner, counters_key
         self._writers, self._progress = tuple(writers), progress
+        for writer in self._writers:
+            if config is not None and isinstance(writer, ConfigWriter):
+                writer.log_config(config)
 
     def request_stop(self) -> None:
         """Asks :meth:`run` to return once the iteration in flight is done.

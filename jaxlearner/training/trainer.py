@@ -44,6 +44,7 @@ from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
+from jaxlearner.training.outputs.run_config import describe_env, run_config
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
@@ -159,8 +160,16 @@ class Trainer:
         self._state = (
             self.learner.init(init_key) if state is None else self.learner.placement.put(state)
         )
+        config = run_config(
+            self.learner,
+            env=describe_env(env),
+            num_envs=runner.num_envs,
+            seed=seed,
+            eval_episodes=eval_episodes,
+            vectorization=vectorization,
+        )
         self._book = run_book.RunBook(
-            TrainerCounters(), owner="Trainer", writers=writers, progress=progress
+            TrainerCounters(), owner="Trainer", writers=writers, progress=progress, config=config
         )
 
     algorithm = run_book.trainer_algorithm

@@ -66,6 +66,7 @@ from jaxlearner.training.multi_agent.policy_mapping import (
 from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner, MultiAgentPolicy
 from jaxlearner.training.multi_agent.stats import MultiAgentCounters, episode_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
+from jaxlearner.training.outputs.run_config import describe_env, run_config
 
 __all__ = [
     "MultiAgentCounters",
@@ -175,6 +176,13 @@ class MultiAgentTrainer:
             counters_key="multi_agent_trainer",
             writers=writers,
             progress=progress,
+            config=run_config(
+                learner,
+                env=describe_env(env),
+                num_envs=num_envs,
+                seed=seed,
+                eval_episodes=eval_episodes,
+            ),
         )
 
     @property

@@ -22,7 +22,7 @@ from typing import Any
 
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
-from jaxlearner.algorithms.offline import updates_per_iteration
+from jaxlearner.algorithms.offline import fit_batch
 from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.training.env_runner import make_vector_env
 from jaxlearner.training.offline.datasets import (
@@ -126,4 +126,4 @@ def check_offline_dataset(algorithm: Any, dataset: Dataset | None, env: str) -> 
         check_dataset_spaces(dataset, envs.single_observation_space, envs.single_action_space)
     finally:
         envs.close()
-    updates_per_iteration(algorithm, dataset.num_steps)
+    fit_batch(algorithm, dataset.num_steps)  # a dataset smaller than a batch is one batch

@@ -13,7 +13,9 @@ RLlib counts rows read from a dataset), so ``MaxEnvSteps`` and
 
 Everything is checked before anything compiles: the algorithm's kind, the
 dataset's spaces against the learner's and the environment's, and one batch of
-rows against the learner's batch layout.
+rows against the learner's batch layout. A dataset of fewer rows than
+``train_batch_size`` trains on all its rows in each update, with a
+:class:`~jaxlearner.errors.SmallDatasetWarning`.
 
 Example:
   >>> import jaxlearner as jl
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
@@ -35,16 +38,18 @@ import numpy as np
 
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
-from jaxlearner.algorithms.offline import make_offline_updates, updates_per_iteration
+from jaxlearner.algorithms.offline import fit_batch, make_offline_updates, updates_per_iteration
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState
+from jaxlearner.errors import SmallDatasetWarning
 from jaxlearner.training import run_book
 from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.env_runner import EnvLike, EnvRunner
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
+from jaxlearner.training.outputs.run_config import describe_env, run_config
 from jaxlearner.training.trainer import TrainerCounters
 
 
@@ -69,8 +74,13 @@ class OfflineTrainer:
     Raises:
       TypeError: for an algorithm that is not offline.
       ValueError: when the dataset's spaces differ from the learner's or the
-        environment's, the dataset has no ``env`` and none is given, or it
-        holds fewer rows than one batch.
+        environment's, or the dataset has no ``env`` and none is given.
+
+    Warns:
+      SmallDatasetWarning: when the dataset holds fewer rows than
+        ``train_batch_size``: each update then trains on every row
+        (:func:`~jaxlearner.algorithms.offline.fit_batch`), and :attr:`algorithm`
+        says how many.
 
     Example:
       >>> dataset = jl.load_dataset("data/cartpole")                      # doctest: +SKIP
@@ -125,6 +135,7 @@ class OfflineTrainer:
         check_dataset_spaces(
             self._dataset, self._eval_runner.observation_space, self._eval_runner.action_space
         )
+        algorithm = self._algorithm = _fit_batch(algorithm, self._dataset.num_steps)
         self._updates_count = updates_per_iteration(algorithm, self._dataset.num_steps)
         self._seed = seed
         init_key, self._key = jax.random.split(jax.random.key(seed))
@@ -142,8 +153,20 @@ class OfflineTrainer:
         self._updates = jax.jit(
             make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
         )
+        config = run_config(
+            self.learner,
+            env=describe_env(env),
+            seed=seed,
+            eval_episodes=eval_episodes,
+            dataset_rows=self._dataset.num_steps,
+            train_batch_size=algorithm.train_batch_size,
+        )
         self._book = run_book.RunBook(
-            TrainerCounters(), owner="OfflineTrainer", writers=writers, progress=progress
+            TrainerCounters(),
+            owner="OfflineTrainer",
+            writers=writers,
+            progress=progress,
+            config=config,
         )
 
     algorithm = run_book.trainer_algorithm
@@ -256,6 +279,20 @@ class OfflineTrainer:
         """Closes the evaluation environments and the writers."""
         self._eval_runner.close()
         self._book.close()
+
+
+def _fit_batch(algorithm: OfflineAlgorithm, num_rows: int) -> OfflineAlgorithm:
+    """:func:`~jaxlearner.algorithms.offline.fit_batch`, warning when it cuts the batch."""
+    fitted = fit_batch(algorithm, num_rows)
+    if fitted is not algorithm:
+        warnings.warn(
+            f"The dataset holds {num_rows} rows, fewer than {algorithm.name}'s "
+            f"train_batch_size ({algorithm.train_batch_size}): each update trains on all "
+            f"{num_rows} rows (set train_batch_size to choose fewer).",
+            SmallDatasetWarning,
+            stacklevel=3,
+        )
+    return fitted
 
 
 def _as_experience(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ from typing import IO, Any, Protocol, final, runtime_checkable
 
 from jaxlearner import files
 from jaxlearner.core.metrics import iter_metrics
+from jaxlearner.training.outputs.run_config import flatten_config
 
 
 @runtime_checkable
@@ -265,11 +266,15 @@ class TensorBoardWriter:
 
 @final
 class MLflowWriter:
-    """Logs metrics to an MLflow run (``pip install jaxlearner[mlflow]``).
+    """Logs metrics and the run's config to an MLflow run (``pip install jaxlearner[mlflow]``).
 
     Like :class:`TensorBoardWriter`, it logs at ``metrics["env_steps"]`` when
     present (else at ``step``, the iteration): env steps are the x axis that
-    compares across algorithms.
+    compares across algorithms. As a
+    :class:`~jaxlearner.training.outputs.run_config.ConfigWriter` it logs the run's
+    config as MLflow params when a trainer is made with it: the algorithm, its
+    resolved config (``config/lr``, ... every field), the learner's and the trainer's
+    settings (``trainer/num_envs``, ...), as rl8 logs its parameters.
 
     Args:
       experiment: the MLflow experiment name (created if missing).
@@ -307,6 +312,24 @@ class MLflowWriter:
         """Logs the finite metrics at ``metrics["env_steps"]`` if present, else at ``step``."""
         finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
         self._mlflow.log_metrics(finite, step=_x_step(step, metrics))
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """Logs a nested ``config`` as MLflow params, ``{"config/lr": "0.0003", ...}``
+        (:func:`~jaxlearner.training.outputs.run_config.flatten_config`).
+
+        Values longer than MLflow's oldest limit (500 characters) are cut, ending in
+        ``...``; they go in batches of 100, MLflow's most per call.
+
+        Example:
+          >>> writer.log_config({"config": {"lr": 3e-4}})  # doctest: +SKIP
+        """
+        flat = {
+            name: text if len(text) <= 500 else text[:497] + "..."
+            for name, text in flatten_config(config).items()
+        }
+        names = list(flat)
+        for start in range(0, len(names), 100):
+            self._mlflow.log_params({name: flat[name] for name in names[start : start + 100]})
 
     def close(self) -> None:
         self._mlflow.end_run()
