@@ -268,10 +268,10 @@ def test_help_runs_as_a_module():
     )
     assert result.returncode == 0 and "--stop-reward" in result.stdout
     for line in [
-        "  ppo: CartPole-v1, stops at evaluation return 475 or 100000 env steps;",
+        "  ppo: CartPole-v1, stops at two evaluations in a row >= 475 or 100000 env steps;",
         "    hidden_sizes: tuple[int, ...] = [256,256]; on CartPole-v1: [64,64]",
         "    lr: ScheduleLike = 0.0005; on CartPole-v1: 0.0023",  # dqn
-        "  sac: Pendulum-v1, stops at evaluation return -250 or 30000 env steps;",
+        "  sac: Pendulum-v1, stops at two evaluations in a row >= -250 or 30000 env steps;",
         "presets: on an environment with a preset ('jaxlearner presets' lists them: RL Zoo's",
     ]:
         assert line in result.stdout.splitlines(), line
@@ -330,7 +330,7 @@ def test_help_from_the_shell_lists_each_algorithm():
     result = _shell("train", "--help", timeout=120)
     assert result.returncode == 0
     for line in (
-        "dqn: CartPole-v1, stops at evaluation return 400 or 100000 env steps",
+        "dqn: CartPole-v1, stops at two evaluations in a row >= 400 or 100000 env steps",
         "train_batch_size: int = 32; on CartPole-v1: 64",
     ):
         assert line in result.stdout, result.stdout

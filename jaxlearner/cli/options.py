@@ -114,6 +114,8 @@ class TrainOptions:
       seed: the run's seed, from 0 to 2**63-1.
       progress: show the progress bar (``--no-progress`` turns it off).
       tensorboard: also log to ``RUN/tensorboard``.
+      wandb: also log to Weights & Biases (its files under ``RUN/wandb``; ``WANDB_MODE``
+        says online or offline).
       cache: the compilation cache.
       preset: which preset row to start from, one of :data:`PRESET_CHOICES`.
 
@@ -140,6 +142,7 @@ class TrainOptions:
     seed: int | None = None
     progress: bool = True
     tensorboard: bool = False
+    wandb: bool = False
     cache: CacheOptions = CacheOptions()
     preset: str = "auto"
 

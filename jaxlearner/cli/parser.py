@@ -110,10 +110,7 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="algorithm config overrides, e.g. lr=1e-3 hidden_sizes=[64,64]",
     )
-    command.add_argument(
-        "--stop-reward", type=_finite_float, help="stop at this mean evaluation return"
-    )
-    command.add_argument("--max-steps", type=_positive_int, help="stop after this many env steps")
+    _add_stop_options(command)
     command.add_argument(
         "--out",
         help="the run folder (default: runs/ALGORITHM-ENV-TIME); a folder that holds a run "
@@ -136,13 +133,41 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
     )
     command.add_argument("--checkpoint-every", type=_positive_int, help=argparse.SUPPRESS)
     command.add_argument("--seed", type=_seed, help="seed (default 0)")
+    _add_output_options(command)
+    return command
+
+
+def _add_stop_options(command: argparse.ArgumentParser) -> None:
+    """``train``'s stop rule: the stop reward and the env-step budget."""
+    command.add_argument(
+        "--stop-reward",
+        type=_finite_float,
+        help="stop once two evaluations in a row reach this mean return (each the mean of "
+        "the evaluation episodes)",
+    )
+    command.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        help="stop once this many env steps are collected; iterations are whole, so a run "
+        "ends at the first multiple of its iteration's env steps at or past it (the run "
+        "prints that count when it starts)",
+    )
+
+
+def _add_output_options(command: argparse.ArgumentParser) -> None:
+    """``train``'s options for where its progress and metrics go besides the run folder."""
     command.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     command.add_argument(
         "--tensorboard",
         action="store_true",
         help="also log to RUN/tensorboard (needs jaxlearner[tensorboard])",
     )
-    return command
+    command.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log to Weights & Biases, project 'jaxlearner', run named after the folder, "
+        "files in RUN/wandb (needs jaxlearner[wandb]; WANDB_MODE=offline needs no account)",
+    )
 
 
 def _add_eval(commands: _Commands) -> argparse.ArgumentParser:
@@ -261,15 +286,16 @@ def _algorithm_help(name: str) -> list[str]:
         lines = [f"  {name}: no default environment (pass --env)"]
     elif defaults.offline:
         lines = [
-            f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at "
-            f"evaluation\n    return {defaults.stop_reward:g} or {defaults.max_steps} dataset "
-            f"rows, evaluates every {defaults.eval_every} rows"
+            f"  {name} (offline, needs --dataset): a {defaults.env} dataset, stops at two "
+            f"evaluations\n    in a row >= {defaults.stop_reward:g} or "
+            f"{defaults.max_steps} dataset rows, evaluates every {defaults.eval_every} rows"
         ]
         tuned = defaults.config
     else:
         lines = [
-            f"  {name}: {defaults.env}, stops at evaluation return {defaults.stop_reward:g} "
-            f"or {defaults.max_steps} env steps;\n    {defaults.num_envs} envs, evaluates "
+            f"  {name}: {defaults.env}, stops at two evaluations in a row >= "
+            f"{defaults.stop_reward:g} or {defaults.max_steps} env steps;\n    "
+            f"{defaults.num_envs} envs, evaluates "
             f"every {defaults.eval_every} env steps; preset {defaults.preset.name}"
         ]
         tuned = defaults.config
@@ -391,6 +417,7 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
         seed=args.seed,
         progress=not args.no_progress,
         tensorboard=args.tensorboard,
+        wandb=args.wandb,
         cache=_cache_options(args),
         preset=args.preset,
     )

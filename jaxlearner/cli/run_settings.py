@@ -34,6 +34,7 @@ from jaxlearner.cli.run_folder import (
 from jaxlearner.training.offline.datasets import Dataset
 from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
 from jaxlearner.training.outputs.loggers import require_tensorboard
+from jaxlearner.training.outputs.wandb_writer import require_wandb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,6 +360,15 @@ def _check_dataset(algorithm: AnyAlgorithm, settings: RunSettings) -> None:
         if dataset is None or not is_offline(algorithm):  # no dataset, or none belongs here
             raise UsageError(str(error)) from None
         raise UsageError(f"--dataset {settings.dataset}: {error}") from None
+
+
+def check_wandb(wandb: bool) -> None:
+    """``--wandb`` without wandb is one line, before a run folder is made."""
+    if wandb:
+        try:
+            require_wandb()
+        except ImportError:
+            raise UsageError("--wandb needs wandb: pip install 'jaxlearner[wandb]'") from None
 
 
 def check_tensorboard(tensorboard: bool) -> None:

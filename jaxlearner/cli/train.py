@@ -50,10 +50,12 @@ from jaxlearner.cli.run_settings import (
     build,
     check_resume_options,
     check_tensorboard,
+    check_wandb,
     is_offline,
     load_dataset,
     run_settings,
 )
+from jaxlearner.cli.summary import budget_line, done_text
 from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.folder_lock import FolderLock
@@ -126,6 +128,7 @@ def train(options: TrainOptions) -> int:
     settings = run_settings(options)
     algorithm = build(settings)
     check_tensorboard(options.tensorboard)
+    check_wandb(options.wandb)
     out = options.out or pathlib.Path(default_run_name(settings.algorithm, settings.env))
     check_folder_path("--out", out)
     # Never into a folder that holds a run; the default name is always a fresh one.
@@ -153,6 +156,7 @@ def _resume(options: TrainOptions, run: pathlib.Path) -> int:
         settings = run_settings(options, chosen.step)
         algorithm = build(settings)
         check_tensorboard(options.tensorboard)
+        check_wandb(options.wandb)
         out = run
         if chosen.newer:
             out, lock = sibling_run_folder(run, "--resume")
@@ -208,10 +212,15 @@ def _train_in(
     try:
         if resume is not None and resume[0] == out:
             _truncate_metrics(out / METRICS_FILE, resume[1])
-        trainer = _trainer(settings, algorithm, _writers(out, options.tensorboard), options)
+        trainer = _trainer(settings, algorithm, _writers(out, options), options)
         if resume is not None:
             _restore(trainer, checkpoint, *resume, beside=resume[0] != out)
-        return _run(trainer, checkpoint, settings, out, options)
+        status, summary = _run(trainer, checkpoint, settings, out, options)
+        trainer.close()  # the console's last held-back line comes before the summary
+        trainer = None
+        if summary:
+            print(summary, flush=True)
+        return status
     except NonFiniteError as error:
         print(_nonfinite_line(error, checkpoint, out), file=sys.stderr, flush=True)
         return 1
@@ -257,11 +266,18 @@ def _nonfinite_line(error: NonFiniteError, checkpoint: CheckpointManager, out: p
     return f"jaxlearner train: stopped: {error}; {kept}"
 
 
-def _writers(out: pathlib.Path, tensorboard: bool) -> list[Writer]:
-    """The console, ``RUN/metrics.jsonl`` and, with ``--tensorboard``, ``RUN/tensorboard``."""
+def _writers(out: pathlib.Path, options: TrainOptions) -> list[Writer]:
+    """The console, ``RUN/metrics.jsonl``, ``RUN/tensorboard`` with ``--tensorboard`` and a
+    W&B run (named after the folder, its files in ``RUN/wandb``) with ``--wandb``; the
+    trainer hands them its resolved config."""
     writers: list[Writer] = [ConsoleWriter(every=1), JSONLinesWriter(out / METRICS_FILE)]
-    if tensorboard:
+    if options.tensorboard:
         writers.append(TensorBoardWriter(out / "tensorboard"))
+    if options.wandb:
+        from jaxlearner.training.outputs.wandb_writer import WandbWriter
+
+        (out / "wandb").mkdir(exist_ok=True)
+        writers.append(WandbWriter("jaxlearner", name=out.name, dir=out / "wandb"))
     return writers
 
 
@@ -307,8 +323,9 @@ def _run(
     settings: RunSettings,
     out: pathlib.Path,
     options: TrainOptions,
-) -> int:
-    """Trains until a stop condition holds or a signal arrives; saves; prints where it all went."""
+) -> tuple[int, str | None]:
+    """Trains until a stop condition holds or a signal arrives; saves; returns the exit status
+    and the closing summary, which the caller prints once the writers are closed."""
     conditions = _stop_conditions(settings)
     save = _saver(trainer, checkpoint, settings.checkpoint_every_steps)
     where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs, " + (
@@ -322,12 +339,18 @@ def _run(
         print(f"Training {where}; run folder {out} (the first iteration compiles)", flush=True)
     elif AnyOf(*conditions)(trainer.history):
         print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
-        return 0
+        return 0, None
     else:
         print(
             f"Resuming {where} from {steps[:-1]} {trainer.counters.env_steps}; run folder {out}",
             flush=True,
         )
+    per_iteration = (
+        trainer.rows_per_iteration
+        if isinstance(trainer, OfflineTrainer)
+        else trainer.env_steps_per_iteration
+    )
+    print(budget_line(settings, per_iteration, steps), flush=True)
     with _Interrupted(trainer) as interrupted:
         trainer.run(
             conditions, steps_per_eval=settings.eval_every, on_iteration=save, evaluate_at_end=True
@@ -343,9 +366,12 @@ def _run(
             f"saved in {out / CHECKPOINTS}; continue with: jaxlearner train --resume {out}",
             flush=True,
         )
-        return 128 + interrupted.signal
-    _print_done(trainer, last, steps, out, tensorboard=options.tensorboard)
-    return 0
+        return 128 + interrupted.signal, None
+    extra = [f"  tensorboard: tensorboard --logdir {out / 'tensorboard'}"] * options.tensorboard
+    extra += [f"  wandb:       {out / 'wandb'} (wandb sync it when offline)"] * options.wandb
+    counters = trainer.counters
+    totals = (counters.env_steps, counters.time_total_s)
+    return 0, done_text(settings, trainer.history, totals, out, extra)
 
 
 def _stop_conditions(settings: RunSettings) -> list[StopCondition]:
@@ -375,23 +401,6 @@ def _saver(
             trainer.save(checkpoint, metrics=_ranked(stats))
 
     return save
-
-
-def _print_done(
-    trainer: AnyTrainer, last: dict[str, float], steps: str, out: pathlib.Path, *, tensorboard: bool
-) -> None:
-    """Where a finished run's metrics and checkpoints went, and the commands that read them."""
-    reached = last.get("eval/return_mean", float("nan"))
-    tensorboard_line = f"\n  tensorboard: tensorboard --logdir {out / 'tensorboard'}"
-    print(
-        f"Done: {trainer.counters.env_steps} {steps} in {trainer.counters.time_total_s:.1f} s, "
-        f"evaluation return {reached:.1f}.\n"
-        f"  metrics:     {out / METRICS_FILE}\n"
-        f"  checkpoints: {out / CHECKPOINTS}\n"
-        f"  evaluate:    jaxlearner eval {out}\n"
-        f"  plot:        jaxlearner plot {out}" + (tensorboard_line if tensorboard else ""),
-        flush=True,
-    )
 
 
 def _truncate_metrics(path: pathlib.Path, iteration: int) -> None:

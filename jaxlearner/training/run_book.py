@@ -26,13 +26,10 @@ The run loop itself stays in :mod:`~jaxlearner.training.run_loop`: it drives any
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
 import jax
@@ -50,6 +47,7 @@ from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.outputs.run_config import ConfigWriter
 from jaxlearner.training.run_loop import Steppable, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
+from jaxlearner.training.stop_signals import stop_on_signals
 
 
 class Counters(Protocol):
@@ -307,32 +305,6 @@ class RunBook(Generic[CountersT]):
         """Closes the writers."""
         for writer in self._writers:
             writer.close()
-
-
-@contextlib.contextmanager
-def stop_on_signals(book: RunBook) -> Iterator[None]:
-    """While the block runs, SIGINT and SIGTERM call ``book.request_stop()``: the run ends
-    after the iteration in flight. Only in the main thread, and only for a signal whose
-    handler is still Python's default (the command line installs its own, which also
-    request a stop and remember the signal); the previous handlers come back after.
-
-    Example:
-      >>> with stop_on_signals(trainer._book):        # doctest: +SKIP
-      ...     run_loop(trainer, [], [])               # until Ctrl-C
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-    previous = {}
-    for number, default in defaults.items():
-        if signal.getsignal(number) is default:
-            previous[number] = signal.signal(number, lambda *_: book.request_stop())
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def book_attribute(name: str, doc: str) -> property:

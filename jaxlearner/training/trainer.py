@@ -330,6 +330,12 @@ class Trainer:
         self._behaviour_params.clear()
         self._behaviour_params.extend(restored.arrays.get("behaviour_params", []))
 
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Env steps one :meth:`step` collects: the rollout length times the envs (a run
+        with ``MaxEnvSteps(n)`` ends at the first multiple of it at or past ``n``)."""
+        return self._rollout_steps * self._runner.num_envs
+
     def close(self) -> None:
         """Closes the environments and the writers."""
         self._runner.close()

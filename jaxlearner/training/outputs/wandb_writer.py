@@ -18,6 +18,15 @@ Mode = Literal["online", "offline", "disabled"]
 MODES: tuple[str, ...] = ("online", "offline", "disabled")
 
 
+def require_wandb() -> None:
+    """Raises ``ImportError`` naming the extra when wandb is not installed (the command
+    line checks before it makes a run folder)."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError as error:
+        raise ImportError("WandbWriter needs wandb: pip install 'jaxlearner[wandb]'.") from error
+
+
 @final
 class WandbWriter:
     """Logs metrics to a Weights & Biases run, keyed by env steps.
