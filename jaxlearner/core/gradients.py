@@ -332,6 +332,18 @@ class GradientStages:
     postprocess: PostprocessFn
     apply: ApplyFn
 
+    def wrapped(
+        self, wrap: Callable[[Callable[..., Any], bool], Callable[..., Any]], donate_state: bool
+    ) -> GradientStages:
+        """Each stage as ``wrap(stage, donate)`` (a ``jax.jit``); only ``apply`` may donate.
+
+        Example:
+          >>> jitted = stages.wrapped(lambda fn, donate: jax.jit(fn), False)  # doctest: +SKIP
+        """
+        return GradientStages(
+            wrap(self.compute, False), wrap(self.postprocess, False), wrap(self.apply, donate_state)
+        )
+
 
 def make_gradient_stages(
     specs: Mapping[str, ModuleSpec],
