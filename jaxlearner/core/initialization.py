@@ -19,6 +19,7 @@ import numpy as np
 
 from jaxlearner.core.batch import (
     Layout,
+    arrays_from_lists,
     batch_layout,
     batch_sizes,
     normalize_batch,
@@ -275,7 +276,7 @@ def init_added_module(
         model's inputs, on zeros for the other modules).
       module_id: the new module's id.
       spec: its spec.
-      sample_batch: a batch for the new module alone.
+      sample_batch: a batch for the new module alone (lists of numbers become arrays).
       state_key: the learner state's key.
       key: its init key; ``None`` splits one off ``state_key``.
       params: params to start from instead of a fresh init.
@@ -289,6 +290,7 @@ def init_added_module(
     if key is None:
         state_key, key = jax.random.split(state_key)
     key = typed_key(key)
+    sample_batch = arrays_from_lists(module_id, sample_batch)
     new_layout = batch_layout(module_id, sample_batch)
     if params is None and spec.init_input is None and joint_loss is not None:
         if layout is None:

@@ -410,7 +410,9 @@ class Learner:
         return self._checks.batch(state, batch, env_steps)
 
     def check_state(self, state: Any) -> None:
-        """Raises a clear error when ``state`` does not belong to this learner's modules."""
+        """Raises a clear error when ``state`` does not belong to this learner's modules and
+        optimizers (another module set, other optimizer names, another optax transformation),
+        naming the module and optimizer."""
         self._checks.state(state)
 
     def add_module(

@@ -1,8 +1,10 @@
 """A learner's inputs checked in Python, before anything is traced: states, batches, gradients.
 
 Each check names what it received, what it expected and the valid options, so a
-wrong input is one clear error rather than a failure deep inside a trace:
-gradients that do not fit the params are refused naming the leaf.
+wrong input is one clear error rather than a failure deep inside a trace: a state
+from a learner with other optimizers is refused naming the module and the
+optimizer (it used to fail inside optax, or run on with the wrong optimizer
+state); gradients that do not fit the params are refused naming the leaf.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import numpy as np
 from jaxlearner.core.batch import batch_sizes, env_steps_by_module, minibatch_plan, normalize_batch
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import ModuleOptimizer, Optimizer
 from jaxlearner.core.placement import Placement
-from jaxlearner.core.state import LearnerState
+from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Batch, PyTree
 
@@ -25,6 +28,10 @@ from jaxlearner.types import Batch, PyTree
 @final
 class LearnerInputs:
     """Checks a learner's states, batches and gradients in Python, before anything is traced.
+
+    Each module's expected optimizer-state structure is found once per params
+    structure, with ``jax.eval_shape`` (no computation), and kept; checking a
+    state is then a comparison of tree structures.
 
     Args:
       specs: the learner's module specs.
@@ -53,13 +60,20 @@ class LearnerInputs:
         self._trained = trained
         self._config = config
         self._placement = placement
+        self._optimizers = {
+            m: ModuleOptimizer(spec.named_optimizers, spec.param_labels, m)
+            for m, spec in self._specs.items()
+        }
+        self._expected: dict[tuple[str, Any], dict[str, tuple[Any, Any]]] = {}
 
     def state(self, state: Any) -> None:
         """Raises a clear error when ``state`` does not belong to these modules and optimizers.
 
         Raises:
           TypeError: when ``state`` is no :class:`~jaxlearner.LearnerState`.
-          ValueError: when it holds other modules.
+          ValueError: when it holds other modules, other optimizer names, or an
+            optimizer state of another structure (another optax transformation),
+            naming the module and the optimizer.
         """
         if not isinstance(state, LearnerState):
             raise TypeError(
@@ -71,6 +85,8 @@ class LearnerInputs:
                 f"{sorted(self._specs)}; after add_module/remove_module use the learner and "
                 "state they return together."
             )
+        for m, module in state.modules.items():
+            self._check_optimizers(m, module)
 
     def batch(
         self,
@@ -173,6 +189,71 @@ class LearnerInputs:
             raise ReadableKeyError(f"No module {module_id!r}; modules: {list(self._specs)}.")
         if len(self._specs) == 1:
             raise ValueError(f"Cannot remove {module_id!r}: it is the learner's only module.")
+
+    def _check_optimizers(self, module_id: str, module: ModuleState) -> None:
+        names = self._optimizers[module_id].names
+        if not isinstance(module.opt_states, Mapping) or set(module.opt_states) != set(names):
+            held = sorted(module.opt_states) if isinstance(module.opt_states, Mapping) else "none"
+            raise ValueError(
+                f"Module {module_id!r}: the state holds optimizer state(s) for {held}, but this "
+                f"learner's module has the optimizer(s) {sorted(names)}: the state comes from a "
+                "learner with other optimizers. Use the learner that made it, or a state from "
+                "this learner's init."
+            )
+        key = (module_id, jax.tree.structure(module.params))
+        if key not in self._expected:
+            shapes = jax.eval_shape(self._optimizers[module_id].init, module.params)
+            self._expected[key] = {n: (jax.tree.structure(s), s) for n, s in shapes.items()}
+        for name, (structure, expected) in self._expected[key].items():
+            held = module.opt_states[name]
+            if jax.tree.structure(held) != structure:
+                optimizer = self._optimizers[module_id].optimizers[name]
+                raise ValueError(
+                    f"Module {module_id!r}, optimizer {name!r}: the state holds an optimizer "
+                    f"state of the form {describe_opt_state(held)}, but this learner's "
+                    f"optimizer {name!r} ({describe_optimizer(optimizer)}) keeps "
+                    f"{describe_opt_state(expected)}: the state comes from a learner with other "
+                    "optimizers. Use the learner that made it, or a state from this learner's "
+                    "init."
+                )
+
+
+def describe_optimizer(optimizer: Optimizer) -> str:
+    """A few words for an optimizer: its factory's name (or that it was built), its clipping.
+
+    Example:
+      >>> import optax, jaxlearner as jl
+      >>> describe_optimizer(jl.Optimizer(optax.adam, learning_rate=1e-3, grad_clip=0.5))
+      'adam, clipped by global_norm at 0.5'
+    """
+    if optimizer.is_factory:
+        what = getattr(optimizer.transform, "__name__", type(optimizer.transform).__name__)
+    else:
+        what = "a built optax transformation"
+    if optimizer.grad_clip is not None:
+        what += f", clipped by {optimizer.grad_clip_by} at {optimizer.grad_clip}"
+    return what
+
+
+def describe_opt_state(node: Any) -> str:
+    """The optax state classes in an optimizer state, nested as they are, without arrays.
+
+    Example:
+      >>> import optax
+      >>> describe_opt_state(optax.adam(1e-3).init({"w": jax.numpy.zeros(2)}))
+      '(ScaleByAdamState, EmptyState)'
+    """
+    if hasattr(node, "_fields"):  # optax states are NamedTuples
+        inner = [text for text in (describe_opt_state(v) for v in node) if text]
+        name = type(node).__name__
+        return f"{name}({', '.join(inner)})" if inner else name
+    if isinstance(node, Mapping):
+        inner = [f"{k}: {text}" for k, v in node.items() if (text := describe_opt_state(v))]
+        return f"{{{', '.join(inner)}}}" if inner else ""
+    if isinstance(node, tuple | list):
+        inner = [text for text in (describe_opt_state(v) for v in node) if text]
+        return f"({', '.join(inner)})" if inner else ""
+    return ""
 
 
 def _check_like_params(module_id: str, grads: PyTree, params: PyTree) -> None:
