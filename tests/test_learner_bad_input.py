@@ -1,8 +1,8 @@
 """The library's bad input: refused in Python with what was received and what was expected.
 
 A state from a learner with other optimizers (it used to fail inside optax, or run on
-with the other optimizer's state), gradients that do not fit the params; and a batch of
-Python lists, which is converted rather than refused.
+with the other optimizer's state), a negative learning rate, gradients that do not fit
+the params; and a batch of Python lists, which is converted rather than refused.
 """
 
 import flax.linen as nn
@@ -13,6 +13,8 @@ import pytest
 from helpers import ActorCritic, actor_critic_loss, mse_loss, regression_batch, tree_equal
 
 import jaxlearner as jl
+from jaxlearner.algorithms.ppo import PPOConfig
+from jaxlearner.algorithms.sac import SACConfig
 
 
 def counting(loss, traces):
@@ -75,6 +77,30 @@ def test_a_state_with_other_optimizer_names_is_refused():
     )
     with pytest.raises(ValueError, match=message):
         learner.update(state, regression_batch())
+
+
+@pytest.mark.parametrize(
+    ("rate", "reaches"),
+    [
+        (-1e-3, "got -0.001."),
+        ([[0, 1e-3], [1000, -1e-4]], "got [[0, 0.001], [1000, -0.0001]], which reaches -0.0001."),
+        (optax.linear_schedule(-1e-3, 0.0, 100), "which starts at -0.001"),
+    ],
+    ids=["constant", "piecewise", "optax-schedule"],
+)
+def test_a_negative_learning_rate_is_refused_naming_the_optimizer(rate, reaches):
+    with pytest.raises(ValueError, match=r"Optimizer\(adam\): learning_rate must be >= 0") as error:
+        jl.Optimizer(optax.adam, learning_rate=rate)
+    assert reaches in str(error.value)
+    assert "a negative rate climbs the loss" in str(error.value)
+    jl.Optimizer(optax.adam, learning_rate=0.0)  # a frozen module is fine
+
+
+def test_a_negative_learning_rate_in_an_algorithm_config_names_the_field():
+    with pytest.raises(ValueError, match=r"SACConfig.critic_lr must be >= 0 .*got -0.0003"):
+        SACConfig(critic_lr=-3e-4)
+    with pytest.raises(ValueError, match=r"PPOConfig.lr must be >= 0 .*which reaches -1e-05"):
+        PPOConfig(lr=[[0, 1e-4], [1000, -1e-5]])
 
 
 def as_lists(batch):

@@ -24,13 +24,21 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.core.schedules import ScheduleLike, as_schedule, current_value, initial_value
+from jaxlearner.core.schedules import (
+    ScheduleLike,
+    as_schedule,
+    check_not_negative,
+    current_value,
+    initial_value,
+)
 from jaxlearner.types import Params, PyTree
 
 ClipMode: TypeAlias = Literal["value", "norm", "global_norm"]
 CLIP_MODES: tuple[str, ...] = ("value", "norm", "global_norm")
 DEFAULT_OPTIMIZER = "default"
 """The name a module's single ``optimizer=`` is registered under."""
+NEGATIVE_RATE = " (optax steps against the gradient already: a negative rate climbs the loss)"
+"""Why a negative learning rate is refused, as messages say it."""
 
 _InjectState = optax.InjectStatefulHyperparamsState
 
@@ -54,7 +62,8 @@ class Optimizer:
       transform: an optax factory (e.g. ``optax.adam``) or a built
         ``optax.GradientTransformation``.
       learning_rate: required with a factory, forbidden with a built
-        transformation.
+        transformation; never negative (a constant, any point of a piecewise
+        list, a schedule's value at count 0).
       grad_clip: clip threshold, or ``None`` for no clipping.
       grad_clip_by: ``"value"`` (each element to ``[-c, c]``), ``"norm"``
         (each array to norm ``c``) or ``"global_norm"`` (all of this
@@ -127,6 +136,7 @@ class Optimizer:
                 )
         for key, value in self.scheduled.items():
             as_schedule(value, key)  # raises on a malformed schedule
+        check_not_negative(self.learning_rate, f"Optimizer({name}): learning_rate", NEGATIVE_RATE)
 
     @property
     def is_factory(self) -> bool:
