@@ -1,8 +1,9 @@
 """The library's bad input: refused in Python with what was received and what was expected.
 
 A state from a learner with other optimizers (it used to fail inside optax, or run on
-with the other optimizer's state), a negative learning rate, gradients that do not fit
-the params; and a batch of Python lists, which is converted rather than refused.
+with the other optimizer's state), a negative learning rate, a checkpoint directory that
+is a file, gradients that do not fit the params; and a batch of Python lists, which is
+converted rather than refused.
 """
 
 import flax.linen as nn
@@ -101,6 +102,17 @@ def test_a_negative_learning_rate_in_an_algorithm_config_names_the_field():
         SACConfig(critic_lr=-3e-4)
     with pytest.raises(ValueError, match=r"PPOConfig.lr must be >= 0 .*which reaches -1e-05"):
         PPOConfig(lr=[[0, 1e-4], [1000, -1e-5]])
+
+
+def test_a_checkpoint_manager_on_a_file_is_refused_when_built(tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine\n")
+    with pytest.raises(NotADirectoryError, match=rf"{file} is a file\. Pass a folder's path"):
+        jl.CheckpointManager(file)
+    with pytest.raises(NotADirectoryError, match=rf"{file / 'run'} lies under the file {file}"):
+        jl.CheckpointManager(file / "run", read_only=True)
+    assert file.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def as_lists(batch):
