@@ -217,3 +217,16 @@ def test_calling_the_stages_again_compiles_nothing():
         state, _ = stages(learner, state, regression_batch(seed=seed), env_steps=64)
     assert len(traces) == seen
     assert int(state.updates) == 4
+
+
+def test_on_all_devices_the_stages_take_the_single_device_step():
+    # learner.on("all"): the state replicated over the 8 fake devices, the batch split.
+    batch = regression_batch()
+    spec = jl.ModuleSpec(nn.Dense(1), mse_loss, jl.Optimizer(optax.adam, learning_rate=1e-2))
+    learner = jl.Learner({"policy": spec}, shuffle=False, sample_batch=batch)
+    placed = learner.on("all")
+    state = learner.init(jax.random.key(0))
+    stepped, _ = stages(placed, placed.placement.put(state), batch, env_steps=64)
+    single, _ = stages(learner, state, batch, env_steps=64)
+    assert_same_step(placed.placement.get(stepped), single)
+    assert jl.make_gradient_stages(learner.specs, learner.config).compute is not None
