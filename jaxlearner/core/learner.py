@@ -7,6 +7,9 @@ A :class:`Learner` is an immutable value: the module specs, one
 Structural changes (:meth:`Learner.add_module`, :meth:`Learner.remove_module`,
 :meth:`Learner.replace`, :meth:`Learner.on`) return a new learner, which
 compiles once for the new structure; the state moves over unchanged.
+RLlib's three stages of a step are methods too (:meth:`Learner.compute_gradients`,
+:meth:`Learner.postprocess_gradients`, :meth:`Learner.apply_gradients`), built from the
+pieces ``update`` scans (:mod:`jaxlearner.core.gradients`).
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ class LearnerInputs:
     """Checks a learner's states, batches and gradients in Python, before anything is traced.
 
     Each module's expected optimizer-state structure is found once per params
-    structure, with ``jax.eval_shape`` (no computation), and kept; checking a
-    state is then a comparison of tree structures.
+    structure, with ``jax.eval_shape`` (no computation), and kept; a state whose
+    params and optimizer states have a structure checked before passes at the
+    cost of one flatten per module.
 
     Args:
       specs: the learner's module specs.
@@ -65,6 +66,7 @@ class LearnerInputs:
             for m, spec in self._specs.items()
         }
         self._expected: dict[tuple[str, Any], dict[str, tuple[Any, Any]]] = {}
+        self._fitting: set[tuple[str, Any]] = set()
 
     def state(self, state: Any) -> None:
         """Raises a clear error when ``state`` does not belong to these modules and optimizers.
@@ -191,6 +193,9 @@ class LearnerInputs:
             raise ValueError(f"Cannot remove {module_id!r}: it is the learner's only module.")
 
     def _check_optimizers(self, module_id: str, module: ModuleState) -> None:
+        seen = (module_id, jax.tree.structure((module.params, module.opt_states)))
+        if seen in self._fitting:  # one flatten per module and call, once checked
+            return
         names = self._optimizers[module_id].names
         if not isinstance(module.opt_states, Mapping) or set(module.opt_states) != set(names):
             held = sorted(module.opt_states) if isinstance(module.opt_states, Mapping) else "none"
@@ -216,6 +221,7 @@ class LearnerInputs:
                     "optimizers. Use the learner that made it, or a state from this learner's "
                     "init."
                 )
+        self._fitting.add(seen)
 
 
 def describe_optimizer(optimizer: Optimizer) -> str:
