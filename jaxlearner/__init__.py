@@ -26,6 +26,7 @@ from jaxlearner.core.additional_updates import (
     target_update,
 )
 from jaxlearner.core.context import LossContext
+from jaxlearner.core.gradients import GradientStages, make_gradient_stages
 from jaxlearner.core.group import LearnerGroup
 from jaxlearner.core.hyperparams import with_hyperparams
 from jaxlearner.core.learner import Learner
@@ -159,6 +160,7 @@ __all__ = [
     "CheckpointManager",
     "CheckpointOptions",
     "Dataset",
+    "GradientStages",
     "Learner",
     "LearnerConfig",
     "LearnerGroup",
@@ -194,6 +196,7 @@ __all__ = [
     "load_dataset",
     "load_minari",
     "loggers",
+    "make_gradient_stages",
     "make_observe",
     "make_update",
     "periodic_copy",

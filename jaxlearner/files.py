@@ -65,6 +65,23 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     sync_folder(target.parent)
 
 
+def file_in_the_way(path: str | os.PathLike[str]) -> pathlib.Path | None:
+    """What keeps ``path`` from being a folder: the file at it, or at the nearest existing
+    path above it; ``None`` when ``path`` is a folder or one can be made there.
+
+    Example:
+      >>> import tempfile
+      >>> file = pathlib.Path(tempfile.mkdtemp()) / "notes"
+      >>> _ = file.write_text("mine")
+      >>> file_in_the_way(file / "run") == file, file_in_the_way(file.parent / "run")
+      (True, None)
+    """
+    existing = pathlib.Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return None if existing.is_dir() else existing
+
+
 def sync_folder(folder: str | os.PathLike[str]) -> None:
     """fsyncs a folder, so the names created or replaced in it survive a power loss."""
     descriptor = os.open(folder, os.O_RDONLY)

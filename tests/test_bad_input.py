@@ -1,7 +1,8 @@
 """The command line's bad input: one line, exit 2, before the run folder exists.
 
 Every option with a number refuses NaN and infinities (``--stop-reward nan`` once
-made a run folder and then a 20-line traceback); ``--out`` naming a file is
+made a run folder and then a 20-line traceback), a learning rate refuses negative
+values; ``--out`` naming a file is
 refused; a checkpoint whose metadata or array file is a symbolic link is refused
 by ``eval`` and ``train --resume`` in one line.
 """
@@ -70,6 +71,21 @@ def refused(argv, capsys, *fragments):
 def test_a_non_finite_number_is_refused_before_the_folder(option, message, tmp_path, capsys):
     out = tmp_path / "run"
     refused(["train", "ppo", *option, "--out", str(out)], capsys, message)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "option", "message"),
+    [
+        ("ppo", "lr=-1e-4", "PPOConfig.lr must be >= 0"),
+        ("sac", "critic_lr=[[0,1e-3],[100,-1e-4]]", "SACConfig.critic_lr must be >= 0"),
+    ],
+)
+def test_a_negative_learning_rate_is_refused_before_the_folder(
+    algorithm, option, message, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    refused(["train", algorithm, "--config", option, "--out", str(out)], capsys, message)
     assert not out.exists()
 
 

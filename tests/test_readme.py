@@ -3,7 +3,9 @@
 import pathlib
 import re
 
+import jax
 import pytest
+from helpers import assert_trees_close
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
@@ -34,6 +36,21 @@ def test_all_devices_block_runs(quickstart):
     namespace = _run("group", quickstart)
     assert namespace["placed"].placement.num_devices == 8  # the fake devices of conftest.py
     assert int(namespace["single"].updates) == 13
+
+
+def test_stages_block_runs_and_its_data_parallel_step_is_the_single_device_step(quickstart):
+    namespace = _run("stages", quickstart)
+    assert int(namespace["state"].updates) == 12  # 10 updates, one accumulated, one parallel
+    # The shard_map step on the 8 fake devices equals the three stages on one device.
+    learner, state = namespace["learner"], namespace["state"]
+    single = jax.tree.map(lambda x: x.addressable_shards[0].data, state)
+    batch = namespace["collect"]()
+    parallel = namespace["step"](state, batch)
+    grads, _ = learner.compute_gradients(single, batch)
+    grads = learner.postprocess_gradients(single, grads)
+    one_device = learner.apply_gradients(single, grads, env_steps=1024)
+    parallel = jax.tree.map(lambda x: x.addressable_shards[0].data, parallel)
+    assert_trees_close(parallel.modules, one_device.modules, rtol=1e-5, atol=1e-6)
 
 
 def test_checkpoints_block_runs_and_runs_again(quickstart):

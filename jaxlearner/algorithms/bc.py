@@ -33,9 +33,9 @@ import jax.numpy as jnp
 from jaxlearner.algorithms.algorithm import MODULE_ID, OfflineAlgorithm, algorithm_fields
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
+    check_learning_rates,
     check_offline_batch_config,
     check_policy_network_config,
-    check_schedule,
     config_adam,
     freeze_schedules,
 )
@@ -73,7 +73,7 @@ class BCConfig:
     log_std_init: float = 0.0
 
     def __post_init__(self) -> None:
-        check_schedule("BCConfig", lr=self.lr)
+        check_learning_rates("BCConfig", lr=self.lr)
         check_offline_batch_config(self)
         check_policy_network_config(self)
         freeze_schedules(self, "lr")

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import optax
 
 from jaxlearner.algorithms.networks.encoders import ACTIVATIONS
-from jaxlearner.core.optimizer import CLIP_MODES, Optimizer
-from jaxlearner.core.schedules import ScheduleLike, as_schedule
+from jaxlearner.core.optimizer import CLIP_MODES, NEGATIVE_RATE, Optimizer
+from jaxlearner.core.schedules import ScheduleLike, as_schedule, check_not_negative
 
 ConfigT = TypeVar("ConfigT")
 
@@ -184,6 +184,21 @@ def check_schedule(owner: str, **values: Any) -> None:
             as_schedule(value, f"{owner}.{name}")
         except (TypeError, ValueError) as error:
             raise type(error)(str(error)) from None
+
+
+def check_learning_rates(owner: str, **rates: Any) -> None:
+    """Raises for a learning rate that is no schedule (as :func:`check_schedule`) or is
+    negative: a constant, any point of a piecewise list, a schedule's value at count 0.
+
+    Example:
+      >>> check_learning_rates("SACConfig", critic_lr=-3e-4)
+      Traceback (most recent call last):
+      ...
+      ValueError: SACConfig.critic_lr must be >= 0 (optax steps against the gradient already: a negative rate climbs the loss); got -0.0003.
+    """  # noqa: E501
+    check_schedule(owner, **rates)
+    for name, rate in rates.items():
+        check_not_negative(rate, f"{owner}.{name}", NEGATIVE_RATE)
 
 
 def freeze_schedule(value: Any) -> Any:

@@ -104,6 +104,7 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, si
 from jaxlearner.algorithms.config import (
     check_choice,
     check_layers,
+    check_learning_rates,
     check_positive,
     check_positive_int,
     check_schedule,
@@ -167,6 +168,7 @@ class DQNConfig:
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_off_policy_config(owner, self)
         check_schedule(owner, lr=self.lr, epsilon=self.epsilon)
+        check_learning_rates(owner, lr=self.lr)
         check_positive(owner, adam_epsilon=self.adam_epsilon)
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
         check_layers(owner, head_hidden_sizes=self.head_hidden_sizes)

@@ -60,6 +60,7 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, si
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
+    check_learning_rates,
     check_non_negative,
     check_offline_batch_config,
     check_policy_network_config,
@@ -115,6 +116,7 @@ class MARWILConfig:
             moving_average_sqd_adv_norm_update_rate=self.moving_average_sqd_adv_norm_update_rate,
         )
         check_schedule("MARWILConfig", lr=self.lr, beta=self.beta)
+        check_learning_rates("MARWILConfig", lr=self.lr)
         check_positive(
             "MARWILConfig", moving_average_sqd_adv_norm_start=self.moving_average_sqd_adv_norm_start
         )

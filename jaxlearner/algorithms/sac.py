@@ -85,8 +85,8 @@ import jax.numpy as jnp
 from jaxlearner.algorithms.algorithm import MODULE_ID, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
+    check_learning_rates,
     check_positive,
-    check_schedule,
     config_adam,
     freeze_schedule,
 )
@@ -149,7 +149,7 @@ class SACConfig:
         for name in ("actor_lr", "critic_lr", "alpha_lr", "tau"):
             object.__setattr__(self, name, freeze_schedule(getattr(self, name)))
         check_off_policy_config(owner, self)
-        check_schedule(
+        check_learning_rates(
             owner, actor_lr=self.actor_lr, critic_lr=self.critic_lr, alpha_lr=self.alpha_lr
         )
         check_positive(owner, initial_alpha=self.initial_alpha)

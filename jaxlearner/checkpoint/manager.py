@@ -83,12 +83,12 @@ class CheckpointManager:
     """Saves and restores learner states in a directory of numbered steps.
 
     Args:
-      directory: a local path (made absolute), or any path orbax accepts
-        (``gs://...``), passed through untouched.
+      directory: a local folder's path (made absolute), or any path orbax accepts as is.
       **options: the fields of :class:`CheckpointOptions`.
 
     Raises:
       ValueError, TypeError: on invalid options.
+      NotADirectoryError: when ``directory`` is a file, or lies under one.
       FolderBusyError: from :meth:`save`, when another manager (in this process or
         another, named by its pid) writes the directory.
 

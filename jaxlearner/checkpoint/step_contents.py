@@ -38,6 +38,7 @@ from jaxlearner.checkpoint.metadata import (
 from jaxlearner.checkpoint.options import CheckpointOptions, check_best_metric
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.state import LearnerState
+from jaxlearner.files import file_in_the_way
 
 
 def check_learner(learner: object) -> None:
@@ -52,6 +53,10 @@ def check_learner(learner: object) -> None:
 def resolve_directory(directory: str | os.PathLike[str]) -> str:
     """A local path made absolute; a URL such as ``gs://bucket/run`` untouched.
 
+    Raises:
+      TypeError: for an empty path or one that is not text.
+      NotADirectoryError: when a local path is a file, or lies under one.
+
     Example:
       >>> resolve_directory("gs://bucket/run")
       'gs://bucket/run'
@@ -59,7 +64,17 @@ def resolve_directory(directory: str | os.PathLike[str]) -> str:
     text = os.fspath(directory)
     if not isinstance(text, str) or not text:
         raise TypeError(f"A checkpoint directory must be a non-empty path; got {directory!r}.")
-    return text if "://" in text else os.path.abspath(text)
+    if "://" in text:
+        return text
+    text = os.path.abspath(text)
+    blocker = file_in_the_way(text)
+    if blocker is not None:
+        where = "is a file" if str(blocker) == text else f"lies under the file {blocker}"
+        raise NotADirectoryError(
+            f"A checkpoint directory must be a folder, or a path where one can be made; {text} "
+            f"{where}. Pass a folder's path (e.g. the run folder's checkpoints/)."
+        )
+    return text
 
 
 def check_step(step: object, steps: Sequence[int], directory: str) -> int:

@@ -15,7 +15,7 @@ import json
 import pathlib
 from typing import Any
 
-from jaxlearner.files import JSONLinesError, read_json_lines
+from jaxlearner.files import JSONLinesError, file_in_the_way, read_json_lines
 from jaxlearner.folder_lock import FolderBusyError, FolderLock
 
 RUN_FILE = "run.json"
@@ -145,9 +145,7 @@ def check_folder_path(option: str, path: pathlib.Path) -> None:
     Checked before any work, so ``--out FILE`` is one line rather than a
     traceback from ``mkdir`` once the run has been built.
     """
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
+    existing = file_in_the_way(path)
+    if existing is not None:
         what = "is a file" if existing == path else f"is under the file {existing}"
         raise UsageError(f"{option} {path}: expected a folder, but {path} {what}")

@@ -27,12 +27,15 @@ Layout: TypeAlias = PyTree
 def normalize_batch(batch: Any, module_ids: tuple[str, ...]) -> dict[str, Batch]:
     """``{module_id: batch}`` from either that form or, for one module, a plain batch.
 
+    Lists of numbers become arrays (:func:`arrays_from_lists`).
+
     Raises:
       TypeError: when a multi-module learner gets something else than a mapping.
       KeyError: on an unknown module id.
+      ValueError: on a list of numbers that is not rectangular.
     """
     if len(module_ids) == 1 and not (isinstance(batch, Mapping) and module_ids[0] in batch):
-        return {module_ids[0]: batch}
+        return {module_ids[0]: arrays_from_lists(module_ids[0], batch)}
     if not isinstance(batch, Mapping):
         raise TypeError(
             f"A learner with modules {list(module_ids)} needs a batch mapping module id to "
@@ -46,7 +49,44 @@ def normalize_batch(batch: Any, module_ids: tuple[str, ...]) -> dict[str, Batch]
         )
     if not batch:
         raise ValueError(f"Empty batch: expected data for some of the modules {list(module_ids)}.")
-    return dict(batch)
+    return {m: arrays_from_lists(m, b) for m, b in batch.items()}
+
+
+def arrays_from_lists(module_id: str, batch: Batch) -> Batch:
+    """``batch`` with each (nested) list or tuple of numbers made one array by ``jnp.asarray``.
+
+    Python floats become float32 and ints int32, as JAX makes them. A list
+    that holds arrays is left as it is: it is the batch's structure.
+
+    Raises:
+      ValueError: when a list of numbers is not rectangular, naming its key.
+
+    Example:
+      >>> arrays_from_lists("policy", {"x": [[1.0, 2.0], [3.0, 4.0]]})["x"].dtype
+      dtype('float32')
+    """
+
+    def convert(path: Any, leaf: Any) -> Any:
+        if not _is_number_list(leaf):
+            return leaf
+        try:
+            return jnp.asarray(leaf)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"Module {module_id!r}, batch key {jax.tree_util.keystr(path)}: got a list of "
+                f"numbers that does not make an array ({error}); pass rows of equal length, or "
+                "an array."
+            ) from None
+
+    return jax.tree_util.tree_map_with_path(convert, batch, is_leaf=_is_number_list)
+
+
+def _is_number_list(node: Any) -> bool:
+    if not isinstance(node, list | tuple) or not node:
+        return False
+    return all(
+        isinstance(x, bool | int | float | np.number | np.bool_) or _is_number_list(x) for x in node
+    )
 
 
 def _dtype(x: Any) -> np.dtype:

@@ -17,12 +17,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlearner.core.batch import Layout, zeros_like_layout
+from jaxlearner.core.batch import (
+    Layout,
+    arrays_from_lists,
+    batch_layout,
+    batch_sizes,
+    normalize_batch,
+    zeros_like_layout,
+)
 from jaxlearner.core.context import JointLossFn, LossContext
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer
 from jaxlearner.core.schedules import initial_value
-from jaxlearner.core.state import ModuleState, zero_counter
+from jaxlearner.core.state import LearnerState, ModuleState, zero_counter
+from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Batch, Params, PyTree
 
 
@@ -255,9 +263,10 @@ def init_added_module(
     module_id: str,
     spec: ModuleSpec,
     sample_batch: Batch,
-    key: jax.Array,
+    state_key: jax.Array,
+    key: Any = None,
     params: Params | None = None,
-) -> ModuleState:
+) -> tuple[ModuleState, Layout, jax.Array]:
     """The initial state of a module added to a learner of ``specs`` at runtime.
 
     Args:
@@ -267,13 +276,22 @@ def init_added_module(
         model's inputs, on zeros for the other modules).
       module_id: the new module's id.
       spec: its spec.
-      sample_batch: a batch for the new module alone.
-      key: its init key.
+      sample_batch: a batch for the new module alone (lists of numbers become arrays).
+      state_key: the learner state's key.
+      key: its init key; ``None`` splits one off ``state_key``.
       params: params to start from instead of a fresh init.
+
+    Returns:
+      ``(module_state, the new module's batch layout, the state's next key)``.
 
     Raises:
       ValueError: when a joint loss must find the inputs but ``layout`` is unknown.
     """
+    if key is None:
+        state_key, key = jax.random.split(state_key)
+    key = typed_key(key)
+    sample_batch = arrays_from_lists(module_id, sample_batch)
+    new_layout = batch_layout(module_id, sample_batch)
     if params is None and spec.init_input is None and joint_loss is not None:
         if layout is None:
             raise ValueError(
@@ -285,6 +303,60 @@ def init_added_module(
         inputs = find_init_inputs({**specs, module_id: spec}, sample, key, joint_loss)
     else:
         inputs = find_init_inputs({module_id: spec}, {module_id: sample_batch}, key, None)
-    return init_module_state(
+    module = init_module_state(
         module_id, spec, module_key(key, module_id), inputs[module_id], params=params
+    )
+    return module, new_layout, state_key
+
+
+def initial_state(
+    specs: Mapping[str, ModuleSpec],
+    layout: Mapping[str, Layout] | None,
+    joint_loss: JointLossFn | None,
+    key: Any,
+    sample_batch: Batch | None,
+) -> LearnerState:
+    """A learner's initial state, on the default device (:meth:`~jaxlearner.Learner.init`).
+
+    Args:
+      specs: the learner's modules.
+      layout: their batch layouts, or ``None``.
+      joint_loss: the learner's joint loss, if any (it then finds the inputs).
+      key: a PRNG key, typed or raw.
+      sample_batch: a batch for every module, or ``None`` for a one-row batch
+        of zeros of ``layout``.
+
+    Raises:
+      KeyError: when a module has no sample batch.
+      ValueError: without a sample batch or a layout, or when the sample
+        differs from the layout.
+    """
+    key = typed_key(key)
+    if sample_batch is None:
+        if layout is None:
+            raise ValueError(
+                "init needs a sample batch: this learner does not know its batch layout "
+                "(build it with jl.Learner(..., sample_batch=batch) to give it one)."
+            )
+        batch = {m: zeros_like_layout(layout[m]) for m in specs}
+    else:
+        batch = normalize_batch(sample_batch, tuple(specs))
+        if set(batch) != set(specs):
+            raise ReadableKeyError(
+                f"init needs a sample batch for every module; missing "
+                f"{[m for m in specs if m not in batch]} (modules: {list(specs)})."
+            )
+        batch_sizes(batch, layout)
+    init_key, state_key = jax.random.split(key)
+    inputs = find_init_inputs(specs, batch, init_key, joint_loss)
+    modules = {
+        m: init_module_state(m, spec, module_key(init_key, m), inputs[m])
+        for m, spec in specs.items()
+    }
+    return LearnerState(
+        modules=modules,
+        key=state_key,
+        updates=zero_counter(),
+        grad_steps=zero_counter(),
+        skipped_steps=zero_counter(),
     )

@@ -7,6 +7,9 @@ A :class:`Learner` is an immutable value: the module specs, one
 Structural changes (:meth:`Learner.add_module`, :meth:`Learner.remove_module`,
 :meth:`Learner.replace`, :meth:`Learner.on`) return a new learner, which
 compiles once for the new structure; the state moves over unchanged.
+RLlib's three stages of a step are methods too (:meth:`Learner.compute_gradients`,
+:meth:`Learner.postprocess_gradients`, :meth:`Learner.apply_gradients`), built from the
+pieces ``update`` scans (:mod:`jaxlearner.core.gradients`).
 """
 
 from __future__ import annotations
@@ -19,31 +22,17 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxlearner.core.batch import (
-    Layout,
-    batch_sizes,
-    env_steps_by_module,
-    learner_layout,
-    minibatch_plan,
-    normalize_batch,
-    zeros_like_layout,
-)
-from jaxlearner.core.batch import batch_layout as layout_of
-from jaxlearner.core.initialization import (
-    find_init_inputs,
-    init_added_module,
-    init_module_state,
-    module_key,
-    typed_key,
-)
+from jaxlearner.core.batch import Layout, env_steps_by_module, learner_layout
+from jaxlearner.core.compiled import learner_functions
+from jaxlearner.core.gradients import Gradients, GradientStages, StepMetrics
+from jaxlearner.core.initialization import init_added_module, initial_state
+from jaxlearner.core.learner_checks import LearnerInputs
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_spec import ModuleSpec, check_specs
-from jaxlearner.core.observers import make_learner_observe
 from jaxlearner.core.placement import DevicesLike, Placement
-from jaxlearner.core.state import LearnerState, zero_counter
-from jaxlearner.core.update import UpdateFn, make_update
-from jaxlearner.errors import ReadableKeyError
-from jaxlearner.types import Batch, Experience, Params
+from jaxlearner.core.state import LearnerState
+from jaxlearner.core.update import UpdateFn
+from jaxlearner.types import Batch, Experience, Params, PyTree
 
 _CONFIG_FIELDS = LearnerConfig.field_names()
 _VALUE_FIELDS = ("modules", "batch_layout", "placement")
@@ -93,16 +82,7 @@ class Learner:
       4
     """
 
-    __slots__ = (
-        "_config",
-        "_jitted",
-        "_layout",
-        "_observe",
-        "_placement",
-        "_specs",
-        "_trained",
-        "_update_fn",
-    )
+    __slots__ = ("_checks", "_config", "_functions", "_layout", "_placement", "_specs", "_trained")
 
     def __init__(
         self,
@@ -126,16 +106,8 @@ class Learner:
         set_(self, "_layout", batch_layout)
         set_(self, "_placement", placement)
         set_(self, "_trained", config.trained(tuple(specs)))
-        update_fn = make_update(
-            specs,
-            config,
-            self._trained,
-            constrain_minibatch=None if placement.mesh is None else placement.constrain_minibatch,
-        )
-        set_(self, "_update_fn", update_fn)
-        set_(self, "_jitted", placement.jit(update_fn, config.donate_state))
-        observers = {m: spec.observers for m, spec in specs.items()}
-        set_(self, "_observe", make_learner_observe(observers, placement, config.jit))
+        set_(self, "_functions", learner_functions(specs, config, self._trained, placement))
+        set_(self, "_checks", LearnerInputs(specs, batch_layout, self._trained, config, placement))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise dataclasses.FrozenInstanceError(
@@ -200,7 +172,18 @@ class Learner:
         For composing into larger compiled programs (``jax.vmap`` over seeds,
         a replay sample and an update, a rollout and update in one ``jit``).
         """
-        return self._update_fn
+        return self._functions.update
+
+    @property
+    def gradient_stages(self) -> GradientStages:
+        """The pure, un-jitted ``compute``, ``postprocess`` and ``apply`` of
+        :meth:`compute_gradients`, :meth:`postprocess_gradients` and :meth:`apply_gradients`.
+
+        No validation happens; ``batch`` is ``{module_id: batch}`` and ``env_steps``
+        ``{module_id: int32}``. For composing into larger compiled programs, such as
+        a data-parallel step under ``jax.shard_map``.
+        """
+        return self._functions.stages
 
     def on(self, devices: DevicesLike = None, *, mesh: Mesh | None = None) -> Learner:
         """The same learner placed elsewhere (compiles once for the new placement).
@@ -266,35 +249,7 @@ class Learner:
         Example:
           >>> state = learner.init(jax.random.key(0))  # doctest: +SKIP
         """
-        key = typed_key(key)
-        if sample_batch is None:
-            if self._layout is None:
-                raise ValueError(
-                    "init needs a sample batch: this learner does not know its batch layout "
-                    "(build it with jl.Learner(..., sample_batch=batch) to give it one)."
-                )
-            batch = {m: zeros_like_layout(self._layout[m]) for m in self._specs}
-        else:
-            batch = normalize_batch(sample_batch, self.module_ids)
-            if set(batch) != set(self._specs):
-                raise ReadableKeyError(
-                    f"init needs a sample batch for every module; missing "
-                    f"{[m for m in self._specs if m not in batch]} (modules: {list(self._specs)})."
-                )
-            batch_sizes(batch, self._layout)
-        init_key, state_key = jax.random.split(key)
-        inputs = find_init_inputs(self._specs, batch, init_key, self._config.loss)
-        modules = {
-            m: init_module_state(m, spec, module_key(init_key, m), inputs[m])
-            for m, spec in self._specs.items()
-        }
-        state = LearnerState(
-            modules=modules,
-            key=state_key,
-            updates=zero_counter(),
-            grad_steps=zero_counter(),
-            skipped_steps=zero_counter(),
-        )
+        state = initial_state(self._specs, self._layout, self._config.loss, key, sample_batch)
         return self._placement.put(state)
 
     def update(
@@ -336,12 +291,90 @@ class Learner:
           >>> state, metrics = learner.update(state, batch)          # doctest: +SKIP
           >>> float(metrics["policy"]["total_loss"])                  # doctest: +SKIP
         """
-        batch, env_steps_by_module = self.validate(state, batch, env_steps)
-        batch = self._placement.global_batch(batch)
-        if self._config.jit:
-            return self._jitted(state, batch, env_steps_by_module)
-        with jax.disable_jit():
-            return self._update_fn(state, batch, env_steps_by_module)
+        batch, counted = self.validate(state, batch, env_steps)
+        return self._functions.compiled_update(state, self._placement.global_batch(batch), counted)
+
+    def compute_gradients(self, state: LearnerState, batch: Batch) -> tuple[Gradients, StepMetrics]:
+        """RLlib's ``compute_gradients``: each trained module's gradient over the whole batch.
+
+        One gradient per module, shaped like its params (each leaf its own
+        optimizer's, before clipping), of the loss at ``state`` on all of
+        ``batch``: no epochs, minibatches or shuffling; the losses get the
+        ``ctx.key`` the first step of :meth:`update` would. Jitted, compiled
+        once per batch shape.
+
+        Args:
+          state: the current state (not changed).
+          batch: as for :meth:`update`; its rows need not fill a minibatch.
+
+        Returns:
+          ``(grads, metrics)``: ``{module_id: grads}`` for the batch's trained
+          modules, and the step's metrics (losses, ``grad_norm/NAME`` before
+          clipping, ``hyperparams/NAME``; ``"__all__"/total_loss``).
+
+        Raises:
+          KeyError, ValueError, TypeError: as :meth:`update`.
+
+        Example:
+          >>> grads, metrics = learner.compute_gradients(state, batch)   # doctest: +SKIP
+          >>> grads = learner.postprocess_gradients(state, grads)       # doctest: +SKIP
+          >>> state = learner.apply_gradients(state, grads, metrics=metrics)  # doctest: +SKIP
+        """
+        batch, _ = self._checks.batch(state, batch, minibatches=False)
+        return self._functions.compiled_stages.compute(state, self._placement.global_batch(batch))
+
+    def postprocess_gradients(self, state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
+        """RLlib's ``postprocess_gradients``: the clipping each optimizer applies, on its own.
+
+        Each named optimizer's ``grad_clip`` by its ``grad_clip_by``, over its own
+        params; the gradients of optimizers that do not clip come back as they were.
+
+        Raises:
+          TypeError, KeyError, ValueError: unless ``grads`` is ``{trained module:
+            params-shaped tree}``; the module and leaf are named.
+
+        Example:
+          >>> clipped = learner.postprocess_gradients(state, grads)     # doctest: +SKIP
+        """
+        grads = self._checks.gradients(state, grads)
+        return self._functions.compiled_stages.postprocess(state, grads)
+
+    def apply_gradients(
+        self,
+        state: LearnerState,
+        grads: Mapping[str, PyTree],
+        *,
+        metrics: Mapping[str, Mapping[str, Any]] | None = None,
+        env_steps: int | Mapping[str, int] | None = None,
+    ) -> LearnerState:
+        """RLlib's ``apply_gradients``, with what :meth:`update` does around its steps.
+
+        Steps each module's optimizers with ``grads`` (clipped already), learning
+        rates and hyperparameters refreshed from the counters; counts the step
+        and the update; runs the ``after="grad_step"`` and ``after="update"``
+        additional updates and the learner's; advances the key. The three stages
+        on a batch give the state :meth:`update` gives with ``num_epochs=1`` and
+        one unshuffled minibatch (given its ``metrics`` and ``env_steps``).
+
+        Args:
+          state: the state the gradients were computed at (not changed, unless
+            ``donate_state``).
+          grads: ``{module_id: grads}`` of trained modules, shaped like their params.
+          metrics: :meth:`compute_gradients`'s, for the additional updates (and
+            ``skip_nonfinite``'s check of the loss); default none.
+          env_steps: env steps to count, for ``env_steps`` schedules and counters:
+            one int for every module of ``grads``, or one per module; default 0.
+
+        Raises:
+          TypeError, KeyError, ValueError: as :meth:`postprocess_gradients`, or for
+            a state from another learner (naming the module and optimizer).
+
+        Example:
+          >>> state = learner.apply_gradients(state, grads, env_steps=256)  # doctest: +SKIP
+        """
+        grads = self._checks.gradients(state, grads)
+        counted = env_steps_by_module(env_steps, dict.fromkeys(grads, 0))
+        return self._functions.compiled_stages.apply(state, grads, metrics, counted)
 
     def observe(self, state: LearnerState, experiences: Mapping[str, Experience]) -> LearnerState:
         """Folds collected experience into the modules' observers (:class:`~jaxlearner.Observer`).
@@ -363,7 +396,7 @@ class Learner:
           ... # doctest: +SKIP
         """
         self.check_state(state)
-        return self._observe(state, experiences)
+        return self._functions.observe(state, experiences)
 
     def validate(
         self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None = None
@@ -377,34 +410,13 @@ class Learner:
         Raises:
           KeyError, ValueError, TypeError: see :meth:`update`.
         """
-        self.check_state(state)
-        batch = normalize_batch(batch, self.module_ids)
-        processes = 1 if self._placement.mesh is None else jax.process_count()
-        sizes = {m: size * processes for m, size in batch_sizes(batch, self._layout).items()}
-        if not any(m in self._trained for m in batch):
-            raise ValueError(
-                f"None of the batch's modules {sorted(batch)} is trained; modules_to_train is "
-                f"{sorted(self._trained)}."
-            )
-        joint = self._config.loss is not None
-        for m in batch if joint else [m for m in batch if m in self._trained]:
-            minibatch_plan(sizes[m], self._config.minibatch_size, m)
-        for m, size in sizes.items():
-            self._placement.check_split(m, size, self._config.minibatch_size)
-        return batch, env_steps_by_module(env_steps, sizes)
+        return self._checks.batch(state, batch, env_steps)
 
     def check_state(self, state: Any) -> None:
-        """Raises a clear error when ``state`` does not belong to this learner's modules."""
-        if not isinstance(state, LearnerState):
-            raise TypeError(
-                f"Expected a jl.LearnerState (from learner.init); got {type(state).__name__}."
-            )
-        if set(state.modules) != set(self._specs):
-            raise ValueError(
-                f"The state holds modules {sorted(state.modules)} but this learner has "
-                f"{sorted(self._specs)}; after add_module/remove_module use the learner and "
-                "state they return together."
-            )
+        """Raises a clear error when ``state`` does not belong to this learner's modules and
+        optimizers (another module set, other optimizer names, another optax transformation),
+        naming the module and optimizer."""
+        self._checks.state(state)
 
     def add_module(
         self,
@@ -444,25 +456,16 @@ class Learner:
           ...     state, "snapshot_1", spec, sample, params=state.modules["main"].params,
           ...     train=False)  # doctest: +SKIP
         """
-        self.check_state(state)
-        if not isinstance(module_id, str) or not module_id:
-            raise ValueError(f"Module ids must be non-empty strings; got {module_id!r}.")
-        if module_id in self._specs:
-            raise ValueError(f"Module {module_id!r} exists already; modules: {list(self._specs)}.")
-        if not isinstance(spec, ModuleSpec):
-            raise TypeError(f"add_module needs a jl.ModuleSpec; got {type(spec).__name__}.")
-        new_key = state.key
-        if key is None:
-            new_key, key = jax.random.split(state.key)
-        layout = layout_of(module_id, sample_batch)
-        module = init_added_module(
+        self._checks.new_module(state, module_id, spec)
+        module, layout, state_key = init_added_module(
             self._specs,
             self._layout,
             self._config.loss,
             module_id,
             spec,
             sample_batch,
-            typed_key(key),
+            state.key,
+            key,
             params,
         )
         learner = self.replace(
@@ -470,7 +473,7 @@ class Learner:
             batch_layout=None if self._layout is None else {**self._layout, module_id: layout},
             config=self._config.adding(module_id, train, self.module_ids),
         )
-        new_state = state.replace(modules={**state.modules, module_id: module}, key=new_key)
+        new_state = state.replace(modules={**state.modules, module_id: module}, key=state_key)
         return learner, self._placement.put(new_state)
 
     def remove_module(self, state: LearnerState, module_id: str) -> tuple[Learner, LearnerState]:
@@ -482,11 +485,7 @@ class Learner:
         Example:
           >>> learner, state = learner.remove_module(state, "snapshot_1")  # doctest: +SKIP
         """
-        self.check_state(state)
-        if module_id not in self._specs:
-            raise ReadableKeyError(f"No module {module_id!r}; modules: {list(self._specs)}.")
-        if len(self._specs) == 1:
-            raise ValueError(f"Cannot remove {module_id!r}: it is the learner's only module.")
+        self._checks.removable(state, module_id)
         specs = {m: s for m, s in self._specs.items() if m != module_id}
         learner = self.replace(modules=specs, config=self._config.removing(module_id))
         modules = {m: s for m, s in state.modules.items() if m != module_id}

@@ -24,13 +24,21 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlearner.core.schedules import ScheduleLike, as_schedule, current_value, initial_value
+from jaxlearner.core.schedules import (
+    ScheduleLike,
+    as_schedule,
+    check_not_negative,
+    current_value,
+    initial_value,
+)
 from jaxlearner.types import Params, PyTree
 
 ClipMode: TypeAlias = Literal["value", "norm", "global_norm"]
 CLIP_MODES: tuple[str, ...] = ("value", "norm", "global_norm")
 DEFAULT_OPTIMIZER = "default"
 """The name a module's single ``optimizer=`` is registered under."""
+NEGATIVE_RATE = " (optax steps against the gradient already: a negative rate climbs the loss)"
+"""Why a negative learning rate is refused, as messages say it."""
 
 _InjectState = optax.InjectStatefulHyperparamsState
 
@@ -54,7 +62,8 @@ class Optimizer:
       transform: an optax factory (e.g. ``optax.adam``) or a built
         ``optax.GradientTransformation``.
       learning_rate: required with a factory, forbidden with a built
-        transformation.
+        transformation; never negative (a constant, any point of a piecewise
+        list, a schedule's value at count 0).
       grad_clip: clip threshold, or ``None`` for no clipping.
       grad_clip_by: ``"value"`` (each element to ``[-c, c]``), ``"norm"``
         (each array to norm ``c``) or ``"global_norm"`` (all of this
@@ -127,6 +136,7 @@ class Optimizer:
                 )
         for key, value in self.scheduled.items():
             as_schedule(value, key)  # raises on a malformed schedule
+        check_not_negative(self.learning_rate, f"Optimizer({name}): learning_rate", NEGATIVE_RATE)
 
     @property
     def is_factory(self) -> bool:
@@ -173,20 +183,28 @@ def clipping(optimizer: Optimizer) -> optax.GradientTransformation | None:
     }[optimizer.grad_clip_by](optimizer.grad_clip)
 
 
-def transformation(optimizer: Optimizer) -> optax.GradientTransformation:
+def transformation(optimizer: Optimizer, clip: bool = True) -> optax.GradientTransformation:
     """One named optimizer as one optax value: ``chain(clip, inject_hyperparams(factory))``.
 
     Without ``grad_clip`` it is the (injected) transformation alone, so its
     state is the optax state users know (``opt_state.hyperparams``).
+
+    Args:
+      optimizer: the named optimizer.
+      clip: ``False`` puts ``optax.identity()`` where the clipping goes, for
+        gradients clipped already (:meth:`ModuleOptimizer.clip`); the state is
+        the same either way (both are stateless), so one state serves both.
 
     Example:
       >>> import optax, jaxlearner as jl
       >>> tx = transformation(jl.Optimizer(optax.sgd, learning_rate=0.1, grad_clip=1.0))
       >>> state = tx.init({"w": jnp.zeros(2)})
     """
-    clip = clipping(optimizer)
+    clipper = clipping(optimizer)
     inner = optimizer.build()
-    return inner if clip is None else optax.chain(clip, inner)
+    if clipper is None:
+        return inner
+    return optax.chain(clipper if clip else optax.identity(), inner)
 
 
 def clip_gradients(grads: PyTree, optimizer: Optimizer) -> PyTree:
@@ -299,6 +317,10 @@ class ModuleOptimizer:
     per learner; the state of each name is kept apart (``opt_states[name]``)
     so it can be read, swept and checkpointed by name.
 
+    A step is RLlib's stages: :meth:`gradient` (one tree from each optimizer's
+    gradient) and :meth:`grad_norms`, :meth:`clip`, then :meth:`step` (the
+    transformation with its clipping taken out, so nothing is clipped twice).
+
     Attributes:
       optimizers: the module's optimizers by name.
       param_labels: the spec's ``params -> tree of names`` rule, or ``None``.
@@ -330,47 +352,92 @@ class ModuleOptimizer:
         self.labels(params)
         return self._by_name(self.transform.init(params))
 
-    def update(
+    @functools.cached_property
+    def _clip(self) -> optax.GradientTransformation | None:
+        """Each optimizer's clipping over its own params; ``None`` when none clips."""
+        clips = {name: clipping(opt) for name, opt in self.optimizers.items()}
+        if all(clip is None for clip in clips.values()):
+            return None
+        if len(clips) == 1:
+            return clips[self.names[0]]
+        identity = optax.identity()
+        return optax.partition(
+            {name: identity if clip is None else clip for name, clip in clips.items()},
+            self.labels,
+        )
+
+    @functools.cached_property
+    def _unclipped(self) -> optax.GradientTransformation:
+        """:attr:`transform` with each clipping replaced by the identity (same state)."""
+        transforms = {n: transformation(opt, clip=False) for n, opt in self.optimizers.items()}
+        if len(transforms) == 1:
+            return transforms[self.names[0]]
+        return optax.partition(transforms, self.labels)
+
+    def gradient(self, grads_by_optimizer: Mapping[str, PyTree], params: Params) -> PyTree:
+        """One gradient over all params: each leaf from the entry of the optimizer that owns it.
+
+        Args:
+          grads_by_optimizer: ``{name: grads over all params}`` (the same tree for
+            every name with a shared loss, one per name with per-optimizer losses).
+          params: the module's params (for the labels).
+        """
+        if len(self.names) == 1:
+            return grads_by_optimizer[self.names[0]]
+        return select_by_label(self.labels(params), {n: grads_by_optimizer[n] for n in self.names})
+
+    def grad_norms(self, grads: PyTree, params: Params) -> dict[str, jax.Array]:
+        """``{"grad_norm/NAME": L2 norm}`` of each optimizer's leaves of ``grads``."""
+        if len(self.names) == 1:
+            return {f"grad_norm/{self.names[0]}": optax.tree.norm(grads)}
+        labels = self.labels(params)
+        return {f"grad_norm/{n}": _label_norm(grads, labels, n) for n in self.names}
+
+    def clip(self, grads: PyTree, params: Params) -> PyTree:
+        """``grads`` clipped as each optimizer's ``grad_clip_by`` says, over its own leaves.
+
+        The clipping :attr:`transform` applies inside its chain, here on its own:
+        a ``"global_norm"`` optimizer scales its leaves by their joint norm, not
+        by the norm of the whole module. Returns ``grads`` itself when no
+        optimizer clips.
+        """
+        if self._clip is None:
+            return grads
+        clipped, _ = self._clip.update(grads, self._clip.init(params), params)
+        return clipped
+
+    def step(
         self,
-        grads_by_optimizer: Mapping[str, PyTree],
+        grads: PyTree,
         opt_states: Mapping[str, optax.OptState],
         params: Params,
         counters: Mapping[str, jax.Array],
     ) -> tuple[PyTree, dict[str, optax.OptState], dict[str, jax.Array]]:
-        """One step of every named optimizer.
+        """One step of every named optimizer on gradients clipped already (:meth:`clip`).
 
         Args:
-          grads_by_optimizer: ``{name: grads over all params}``; each optimizer
-            uses its own leaves of its own entry (the same tree for all with a
-            shared loss, one per name with per-optimizer losses).
+          grads: one gradient over all params (:meth:`gradient`).
           opt_states: each optimizer's state, by name.
           params: the module's current params.
           counters: the module's counters, for env-step and grad-step schedules.
 
         Returns:
           ``(updates, new_opt_states, metrics)``: updates for every param;
-          metrics hold each optimizer's pre-clip gradient norm
-          (``grad_norm/NAME``) and, when injected, its learning rate
+          metrics hold each optimizer's learning rate when it was injected
           (``learning_rate/NAME``).
         """
-        if len(self.names) == 1:
-            grads = grads_by_optimizer[self.names[0]]
-            metrics = {f"grad_norm/{self.names[0]}": optax.tree.norm(grads)}
-        else:
-            labels = self.labels(params)
-            grads = select_by_label(labels, {n: grads_by_optimizer[n] for n in self.names})
-            metrics = {f"grad_norm/{n}": _label_norm(grads, labels, n) for n in self.names}
         refreshed = {
             n: set_scheduled_hyperparams(opt_states[n], self.optimizers[n], counters)
             for n in self.names
         }
-        updates, new_state = self.transform.update(grads, self._joined(refreshed), params)
-        opt_states = self._by_name(new_state)
-        for name, opt_state in opt_states.items():
+        updates, new_state = self._unclipped.update(grads, self._joined(refreshed), params)
+        new_opt_states = self._by_name(new_state)
+        metrics = {}
+        for name, opt_state in new_opt_states.items():
             rate = learning_rate(opt_state)
             if rate is not None:
                 metrics[f"learning_rate/{name}"] = jnp.asarray(rate, jnp.float32)
-        return updates, opt_states, metrics
+        return updates, new_opt_states, metrics
 
     def _by_name(self, state: optax.OptState) -> dict[str, optax.OptState]:
         if isinstance(state, optax.PartitionState):

@@ -157,9 +157,16 @@ class Placement:
     def jit_observe(self, observe_fn: Any) -> Any:
         """``jax.jit(observe_fn)`` for ``observe(state, experiences) -> state``, the state
         kept replicated on a mesh (the experience is placed as XLA sees fit)."""
+        return self.jit_stage(observe_fn)
+
+    def jit_stage(self, stage_fn: Any, donate_state: bool = False) -> Any:
+        """``jax.jit(stage_fn)`` for a function of the state whose outputs are replicated on a
+        mesh (gradients, metrics, a state); inputs keep the shardings they come with (a
+        placed state, a global batch). Donates the state (argument 0) with ``donate_state``."""
+        donate = (0,) if donate_state else ()
         if self.mesh is None:
-            return jax.jit(observe_fn)
-        return jax.jit(observe_fn, out_shardings=self.state_sharding)
+            return jax.jit(stage_fn, donate_argnums=donate)
+        return jax.jit(stage_fn, out_shardings=self.state_sharding, donate_argnums=donate)
 
     def global_experience(self, experiences: Mapping[str, PyTree]) -> dict[str, PyTree]:
         """Each process's ``[T, N, ...]`` experience as one global array, its ``N`` axes

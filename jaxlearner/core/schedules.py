@@ -183,6 +183,38 @@ def as_schedule(value: ScheduleLike, name: str) -> Schedule | None:
     )
 
 
+def check_not_negative(value: ScheduleLike, name: str, why: str = "") -> None:
+    """Raises unless a :data:`ScheduleLike` stays at or above 0 where that can be known.
+
+    A constant is checked, every point of a piecewise list, and a schedule
+    function's value at count 0 (its later values are its own business).
+
+    Args:
+      value: the constant or schedule.
+      name: what it is, for the message (``"SACConfig.critic_lr"``).
+      why: a few words on why a negative value is refused, for the message.
+
+    Raises:
+      ValueError: naming ``name``, the value received and the negative value in it.
+      TypeError: when ``value`` is no :data:`ScheduleLike` (see :func:`as_schedule`).
+
+    Example:
+      >>> check_not_negative([[0, 1e-3], [1000, -1e-4]], "lr")
+      Traceback (most recent call last):
+      ...
+      ValueError: lr must be >= 0; got [[0, 0.001], [1000, -0.0001]], which reaches -0.0001.
+    """
+    schedule = as_schedule(value, name)
+    if schedule is None:
+        values, reach = [float(value)], ""  # type: ignore[arg-type]
+    elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        values, reach = [float(v) for _, v in value], ", which reaches {}"
+    else:
+        values, reach = [float(initial_value(value, name))], ", which starts at {}"
+    if min(values) < 0:
+        raise ValueError(f"{name} must be >= 0{why}; got {value!r}{reach.format(min(values))}.")
+
+
 def initial_value(value: ScheduleLike, name: str) -> jax.Array:
     """The value of a :data:`ScheduleLike` at count 0, as a float32 scalar."""
     schedule = as_schedule(value, name)

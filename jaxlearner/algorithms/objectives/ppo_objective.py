@@ -22,6 +22,7 @@ import numpy as np
 from jaxlearner.algorithms.config import (
     check_bool,
     check_fraction,
+    check_learning_rates,
     check_non_negative,
     check_policy_network_config,
     check_positive,
@@ -210,6 +211,7 @@ def check_ppo_fields(config: Any) -> None:
     check_schedule(
         owner, lr=config.lr, clip_param=config.clip_param, entropy_coeff=config.entropy_coeff
     )
+    check_learning_rates(owner, lr=config.lr)
     check_positive(owner, kl_target=config.kl_target)
     check_non_negative(owner, kl_coeff=config.kl_coeff, vf_loss_coeff=config.vf_loss_coeff)
     check_policy_network_config(config)

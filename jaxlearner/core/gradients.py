@@ -1,0 +1,393 @@
+"""RLlib's three-stage gradient step, as pure functions: compute, postprocess, apply.
+
+RLlib's ``Learner`` takes each minibatch step in three stages, and so does
+:func:`~jaxlearner.make_update`'s ``lax.scan`` body:
+
+1. **compute**: refresh the scheduled hyperparameters from the counters, call
+   each trained module's loss (or the one joint loss) and differentiate it;
+2. **postprocess**: clip each optimizer's gradients as its ``grad_clip_by``
+   says (the clipping of :func:`~jaxlearner.core.optimizer.transformation`,
+   taken out of its chain);
+3. **apply**: step each module's named optimizers (their learning rates
+   refreshed from the counters), count the step, run the ``after="grad_step"``
+   additional updates; with ``skip_nonfinite`` a step whose loss or gradients
+   are not finite leaves the modules as they were.
+
+:class:`GradientStep` holds what the stages need (specs, config, optimizers) and
+does each on module states; it also closes an update (:meth:`GradientStep.finish`:
+metrics reduced, env steps counted, ``after="update"`` and learner-level
+additional updates, the key advanced). :func:`make_gradient_stages` exposes the
+stages on their own, each over a whole batch, for gradient accumulation and
+custom data-parallel steps: ``compute`` then ``postprocess`` then ``apply`` is
+one update of one epoch of one minibatch.
+
+A module's gradient is one tree shaped like its params: each leaf the gradient
+its own optimizer follows (of the module's loss, of the optimizer's own term of
+a per-optimizer loss, or of the joint loss).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeAlias, final
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlearner.core.learner_config import LearnerConfig
+from jaxlearner.core.loss_gradients import loss_gradients, refresh_hyperparams
+from jaxlearner.core.metrics import ALL_MODULES, reduce_metrics
+from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.optimizer import ModuleOptimizer
+from jaxlearner.core.state import LearnerState, ModuleState, select_tree
+from jaxlearner.types import Batch, PyTree
+
+Gradients: TypeAlias = dict[str, PyTree]
+"""``{module_id: grads}``, each shaped like the module's params."""
+
+StepMetrics: TypeAlias = dict[str, dict[str, jax.Array]]
+"""``{module_id: {name: scalar}, "__all__": {name: scalar}}``."""
+
+ComputeFn: TypeAlias = Callable[[LearnerState, Mapping[str, Batch]], tuple[Gradients, StepMetrics]]
+PostprocessFn: TypeAlias = Callable[[LearnerState, Mapping[str, PyTree]], Gradients]
+ApplyFn: TypeAlias = Callable[..., LearnerState]
+
+_LAST_BY_DEFAULT = ("learning_rate/", "hyperparams/")
+
+
+def update_keys(key: jax.Array, num_epochs: int) -> tuple[jax.Array, jax.Array]:
+    """``(next state key, [num_epochs] epoch keys)`` of one update from the state's key."""
+    next_key, update_key = jax.random.split(key)
+    return next_key, jax.random.split(update_key, num_epochs)
+
+
+def step_keys(epoch_key: jax.Array, num_steps: int) -> tuple[jax.Array, jax.Array]:
+    """``(the key that permutes the epoch's rows, [num_steps] step keys)``."""
+    blocks_key, steps_key = jax.random.split(epoch_key)
+    return blocks_key, jax.random.split(steps_key, num_steps)
+
+
+def first_step_key(key: jax.Array) -> jax.Array:
+    """The key the first step of an update from a state with ``key`` gives its losses."""
+    _, epoch_keys = update_keys(key, 1)
+    _, keys = step_keys(epoch_keys[0], 1)
+    return keys[0]
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class GradientStep:
+    """A learner's gradient step in three stages, over module states; built once.
+
+    Attributes:
+      specs: module id -> spec.
+      config: the learner's configuration (its joint ``loss``, ``skip_nonfinite``
+        and learner-level ``additional_updates`` are used here).
+      to_train: the ids of the modules to train.
+    """
+
+    specs: Mapping[str, ModuleSpec]
+    config: LearnerConfig
+    to_train: frozenset[str]
+
+    @functools.cached_property
+    def optimizers(self) -> dict[str, ModuleOptimizer]:
+        """Each module's named optimizers composed once (one optax value each)."""
+        return {
+            m: ModuleOptimizer(spec.named_optimizers, spec.param_labels, m)
+            for m, spec in self.specs.items()
+        }
+
+    def roles(self, batch: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(trained, involved)``: the batch's modules to train, and those the losses see."""
+        module_ids = tuple(sorted(batch))
+        trained = tuple(m for m in module_ids if m in self.to_train)
+        return trained, module_ids if self.config.loss is not None else trained
+
+    def compute(
+        self, modules: Mapping[str, ModuleState], batch: Mapping[str, Batch], key: jax.Array
+    ) -> tuple[Gradients, StepMetrics]:
+        """Stage 1: each trained module's gradient and the step's metrics.
+
+        Returns:
+          ``(grads, metrics)``: ``grads[m]`` shaped like ``m``'s params;
+          ``metrics[m]`` its ``total_loss`` (without a joint loss), what its loss
+          returned, each optimizer's ``grad_norm/NAME`` (before clipping) and its
+          ``hyperparams/NAME``; ``metrics["__all__"]`` the ``total_loss`` and what
+          a joint loss returned.
+        """
+        trained, involved = self.roles(batch)
+        current = {m: refresh_hyperparams(self.specs[m], modules[m]) for m in involved}
+        results, total, joint_metrics = loss_gradients(
+            self.specs, current, batch, key, trained, self.config.loss
+        )
+        grads: Gradients = {}
+        metrics: StepMetrics = {}
+        for m in trained:
+            loss, grads_by_optimizer, loss_metrics = results[m]
+            params = current[m].params
+            grads[m] = self.optimizers[m].gradient(grads_by_optimizer, params)
+            metrics[m] = {
+                **({} if loss is None else {"total_loss": loss}),
+                **loss_metrics,
+                **self.optimizers[m].grad_norms(grads[m], params),
+                **{f"hyperparams/{k}": v for k, v in current[m].hyperparams.items()},
+            }
+        metrics[ALL_MODULES] = {"total_loss": total, **joint_metrics}
+        return grads, metrics
+
+    def postprocess(self, modules: Mapping[str, ModuleState], grads: Gradients) -> Gradients:
+        """Stage 2: each module's gradient clipped as each of its optimizers says."""
+        return {m: self.optimizers[m].clip(g, modules[m].params) for m, g in grads.items()}
+
+    def apply(
+        self, state: LearnerState, grads: Gradients, metrics: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[LearnerState, StepMetrics]:
+        """Stage 3: steps the optimizers of the modules in ``grads``; counts the step.
+
+        ``metrics`` are the step's (from :meth:`compute`; may be empty): the
+        ``after="grad_step"`` additional updates read them, with each
+        optimizer's ``learning_rate/NAME`` added, and with ``skip_nonfinite`` a
+        non-finite ``"__all__"/total_loss`` skips the step as non-finite
+        gradients do.
+
+        Returns:
+          ``(state, metrics)``: the stepped state, and ``metrics`` with the
+          learning rates.
+        """
+        step_metrics: StepMetrics = {}
+        new_modules = {}
+        for m, module_grads in grads.items():
+            spec = self.specs[m]
+            module = refresh_hyperparams(spec, state.modules[m])
+            updates, opt_states, rates = self.optimizers[m].step(
+                module_grads, module.opt_states, module.params, module.counters
+            )
+            module = module.replace(
+                params=optax.apply_updates(module.params, updates),
+                opt_states=opt_states,
+                grad_steps=module.grad_steps + 1,
+            )
+            step_metrics[m] = _with_rates(metrics.get(m, {}), rates)
+            for additional in spec.updates_after("grad_step"):
+                module = additional.fn(module, step_metrics[m])
+            new_modules[m] = module
+        step_metrics[ALL_MODULES] = dict(metrics.get(ALL_MODULES, {}))
+        skipped = state.skipped_steps
+        if self.config.skip_nonfinite:  # static: the check costs nothing when it is off
+            finite = all_finite(grads)
+            if "total_loss" in step_metrics[ALL_MODULES]:
+                finite = finite & jnp.isfinite(step_metrics[ALL_MODULES]["total_loss"])
+            old = {m: state.modules[m] for m in grads}
+            new_modules = select_tree(finite, new_modules, old)
+            skipped = skipped + (~finite).astype(jnp.int32)
+        state = state.replace(
+            modules={**state.modules, **new_modules},
+            grad_steps=state.grad_steps + 1,
+            skipped_steps=skipped,
+        )
+        return state, step_metrics
+
+    def finish(
+        self,
+        state: LearnerState,
+        stacked: Mapping[str, Mapping[str, jax.Array]],
+        trained: tuple[str, ...],
+        env_steps: Mapping[str, jax.Array],
+    ) -> tuple[LearnerState, StepMetrics]:
+        """Closes an update: metrics, counters, per-update additional updates, the next key.
+
+        Args:
+          state: the state after the update's steps.
+          stacked: the steps' metrics, ``{owner: {name: [steps]}}``.
+          trained: the modules the steps trained.
+          env_steps: ``{module_id: int32}``, the env steps the update counts.
+
+        Returns:
+          ``(state, metrics)`` as :func:`~jaxlearner.make_update`'s update returns them.
+        """
+        next_key, _ = jax.random.split(state.key)
+        state, metrics = _count_and_reduce(self.specs, state, stacked, trained, env_steps)
+        _report_nonfinite(state, stacked, metrics, trained, self.config.skip_nonfinite)
+        state = state.replace(key=next_key, updates=state.updates + 1)
+        metrics[ALL_MODULES]["num_updates"] = state.updates
+        for learner_update in self.config.additional_updates:
+            state = learner_update(state, metrics)
+        return state, metrics
+
+
+def _with_rates(metrics: Mapping[str, Any], rates: Mapping[str, jax.Array]) -> dict[str, Any]:
+    """``metrics`` with the learning rates after the gradient norms, before the hyperparams."""
+    head = {k: v for k, v in metrics.items() if not k.startswith("hyperparams/")}
+    tail = {k: v for k, v in metrics.items() if k.startswith("hyperparams/")}
+    return {**head, **rates, **tail}
+
+
+def all_finite(tree: PyTree) -> jax.Array:
+    """A bool scalar: every leaf of ``tree`` is free of NaN and Inf."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _report_nonfinite(
+    state: LearnerState,
+    stacked: Mapping[str, Mapping[str, jax.Array]],
+    metrics: dict[str, dict[str, jax.Array]],
+    trained: tuple[str, ...],
+    skip_nonfinite: bool,
+) -> None:
+    """Adds ``nonfinite`` (int32 0 or 1) to each trained module's metrics and to ``__all__``.
+
+    A module is non-finite when its params after the update hold a NaN/Inf or,
+    unless ``skip_nonfinite`` skipped such steps, when any step's loss (the
+    module's own ``total_loss``, else the joint one) was not finite.
+    """
+    flags = []
+    for m in trained:
+        finite = all_finite(state.modules[m].params)
+        losses = stacked[m].get("total_loss", stacked[ALL_MODULES].get("total_loss"))
+        if not skip_nonfinite and losses is not None:
+            finite = finite & jnp.all(jnp.isfinite(losses))
+        flags.append((~finite).astype(jnp.int32))
+        metrics[m]["nonfinite"] = flags[-1]
+    metrics[ALL_MODULES]["nonfinite"] = (
+        jnp.max(jnp.stack(flags)) if flags else jnp.zeros((), jnp.int32)
+    )
+
+
+def _count_and_reduce(
+    specs: Mapping[str, ModuleSpec],
+    state: LearnerState,
+    stacked: Mapping[str, Mapping[str, jax.Array]],
+    trained: tuple[str, ...],
+    env_steps: Mapping[str, jax.Array],
+) -> tuple[LearnerState, StepMetrics]:
+    """Reduces metrics, advances env-step counters, runs per-update additional updates."""
+    modules = dict(state.modules)
+    metrics: StepMetrics = {}
+    for m in trained:
+        reductions = {
+            name: "last" for name in stacked[m] if name.startswith(_LAST_BY_DEFAULT)
+        } | dict(specs[m].metric_reductions)
+        module_metrics = reduce_metrics(stacked[m], reductions)
+        module = modules[m].replace(
+            env_steps=modules[m].env_steps + jnp.asarray(env_steps[m], jnp.int32)
+        )
+        for additional in specs[m].updates_after("update"):
+            module = additional.fn(module, module_metrics)
+        module_metrics.update(
+            {
+                f"extra/{k}": v
+                for k, v in module.extra.items()
+                if isinstance(v, jax.Array) and v.shape == ()
+            }
+        )
+        module_metrics["num_grad_steps"] = module.grad_steps
+        module_metrics["num_env_steps_trained"] = module.env_steps
+        modules[m] = module
+        metrics[m] = module_metrics
+    metrics[ALL_MODULES] = {
+        **reduce_metrics(stacked[ALL_MODULES], {}),
+        "num_grad_steps": state.grad_steps,
+        "num_skipped_steps": state.skipped_steps,
+        "num_env_steps_trained": sum(
+            (module.env_steps for module in modules.values()), jnp.zeros((), jnp.int32)
+        ),
+    }
+    return state.replace(modules=modules), metrics
+
+
+@final
+@dataclasses.dataclass(frozen=True)
+class GradientStages:
+    """RLlib's three stages as pure functions over a whole batch (no epochs, no minibatches).
+
+    ``compute`` then ``postprocess`` then ``apply`` is one update of one epoch
+    of one unshuffled minibatch: the same losses (the same ``ctx.key``), the
+    same clipping, optimizer step, counters and additional updates.
+
+    Attributes:
+      compute: ``compute(state, batch) -> (grads, metrics)``. ``batch`` is
+        ``{module_id: [B_m, ...]}``; ``grads`` is ``{module_id: grads}`` for the
+        batch's trained modules, each shaped like the module's params, before
+        clipping; ``metrics`` as :meth:`GradientStep.compute` gives them.
+      postprocess: ``postprocess(state, grads) -> grads``, the clipping each
+        optimizer applies (``grad_clip``, ``grad_clip_by``) over its own params.
+      apply: ``apply(state, grads, metrics=None, env_steps=None) -> state``: the
+        optimizer steps, counters (``grad_steps``, ``updates``; ``env_steps``,
+        ``{module_id: int32}``, adds nothing by default), schedules, both kinds of
+        additional updates (fed ``metrics``, ``compute``'s, when given) and the next key.
+
+    Example:
+      >>> stages = learner.gradient_stages                     # doctest: +SKIP
+      >>> grads, metrics = stages.compute(state, {"policy": batch})  # doctest: +SKIP
+      >>> state = stages.apply(state, stages.postprocess(state, grads), metrics)
+      ... # doctest: +SKIP
+    """
+
+    compute: ComputeFn
+    postprocess: PostprocessFn
+    apply: ApplyFn
+
+    def wrapped(
+        self, wrap: Callable[[Callable[..., Any], bool], Callable[..., Any]], donate_state: bool
+    ) -> GradientStages:
+        """Each stage as ``wrap(stage, donate)`` (a ``jax.jit``); only ``apply`` may donate.
+
+        Example:
+          >>> jitted = stages.wrapped(lambda fn, donate: jax.jit(fn), False)  # doctest: +SKIP
+        """
+        return GradientStages(
+            wrap(self.compute, False), wrap(self.postprocess, False), wrap(self.apply, donate_state)
+        )
+
+
+def make_gradient_stages(
+    specs: Mapping[str, ModuleSpec],
+    config: LearnerConfig,
+    trained: Collection[str] | None = None,
+) -> GradientStages:
+    """Builds RLlib's three stages as pure functions, from the pieces the update scans.
+
+    Args:
+      specs: module id -> :class:`~jaxlearner.ModuleSpec`.
+      config: the learner's :class:`~jaxlearner.LearnerConfig` (its epochs and
+        minibatches play no part).
+      trained: the ids of the modules to train; default ``config.trained(specs)``.
+
+    Returns:
+      A :class:`GradientStages`; wrap each function in ``jax.jit`` (the
+      :class:`~jaxlearner.Learner`'s methods of the same names do, after checking
+      their inputs in Python).
+
+    Example:
+      >>> stages = make_gradient_stages(learner.specs, learner.config)   # doctest: +SKIP
+      >>> grads, metrics = jax.jit(stages.compute)(state, {"policy": batch})  # doctest: +SKIP
+    """
+    specs = dict(specs)
+    to_train = config.trained(tuple(specs)) if trained is None else frozenset(trained)
+    step = GradientStep(specs, config, to_train)
+
+    def compute(state: LearnerState, batch: Mapping[str, Batch]) -> tuple[Gradients, StepMetrics]:
+        return step.compute(state.modules, batch, first_step_key(state.key))
+
+    def postprocess(state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
+        return step.postprocess(state.modules, dict(grads))
+
+    def apply(
+        state: LearnerState,
+        grads: Mapping[str, PyTree],
+        metrics: Mapping[str, Mapping[str, Any]] | None = None,
+        env_steps: Mapping[str, Any] | None = None,
+    ) -> LearnerState:
+        grads = {m: grads[m] for m in sorted(grads)}
+        state, step_metrics = step.apply(state, grads, {} if metrics is None else metrics)
+        stacked = jax.tree.map(lambda x: jnp.asarray(x)[None], step_metrics)
+        counted = {m: (env_steps or {}).get(m, jnp.zeros((), jnp.int32)) for m in grads}
+        state, _ = step.finish(state, stacked, tuple(grads), counted)
+        return state
+
+    return GradientStages(compute, postprocess, apply)
