@@ -9,7 +9,7 @@ the evaluation, checkpoint and stop schedule continue where they were.
 import signal
 
 import pytest
-from helpers import TIMING
+from helpers import VARYING
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 from jaxlearner.training.outputs.loggers import JSONLinesWriter, read_json_lines
@@ -55,7 +55,7 @@ def cache_on(monkeypatch):
 def rows(run):
     """The run's metrics rows without the wall-time stats."""
     return [
-        {k: v for k, v in row.items() if k not in TIMING}
+        {k: v for k, v in row.items() if k not in VARYING}
         for row in read_json_lines(run / "metrics.jsonl")
     ]
 

@@ -268,6 +268,11 @@ class EnvRunner:
             episode_envs=episode_envs,
         )
 
+    def share_compiled(self, other: EnvRunner) -> None:
+        """Acts with ``other``'s compiled policies: a runner rebuilt with a new env config
+        (same envs count and spaces) acts without compiling again."""
+        self._policies = other._policies
+
     def close(self) -> None:
         """Closes the environments."""
         self._envs.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, final
 
 import jax
@@ -43,8 +43,18 @@ from jaxlearner.training import run_book
 from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
 from jaxlearner.training.feeds import make_feed
+from jaxlearner.training.memory_stats import memory_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.outputs.run_config import describe_env, run_config
+from jaxlearner.training.stop_conditions import StopCondition
+
+EnvConfig = Mapping[str, Any] | Callable[["TrainerCounters"], Mapping[str, Any]]
+"""An env config: keyword arguments for ``gymnasium.make`` or the factory, or a schedule of
+them, ``config(trainer.counters)`` (scheduled domain randomization)."""
+
+EVAL_RUNNERS_KEPT = 4
+"""Evaluation env runners kept for reuse, one per (config, episodes); the oldest is closed
+when a new config (an ``eval_env_config`` schedule's) needs another."""
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
@@ -143,6 +153,7 @@ class Trainer:
         run_book.check_eval_episodes(eval_episodes)
         self._env, self._env_config = env, dict(env_config or {})
         self._vectorization = vectorization
+        self._schedules: tuple[EnvConfig | None, EnvConfig | None] = (None, None)
         runner = self._runner = EnvRunner(
             env, num_envs=num_envs, vectorization=vectorization, env_config=env_config, seed=seed
         )
@@ -216,9 +227,16 @@ class Trainer:
         self._behaviour_params.append(jax.tree.map(jax.numpy.copy, module.params))
         return module.replace(params=self._behaviour_params[0])
 
-    def step(self) -> dict[str, float]:
+    def step(self, env_config: EnvConfig | None = None) -> dict[str, float]:
         """One iteration: collect experience (with the params of ``policy_lag`` updates ago,
         for an on-policy algorithm that has one), update, log.
+
+        Args:
+          env_config: the training envs' config from this step on (a mapping, or a
+            schedule ``config(counters)``; ``None``: :meth:`run`'s schedule, else as it
+            is). A config that differs rebuilds the sub-environments with it (gymnasium
+            envs take their settings when made) and resets them, so the episodes in
+            flight end uncounted; nothing recompiles, and the spaces must stay the same.
 
         Returns:
           A flat dict: ``iteration``, ``env_steps`` (lifetime), ``episodes``,
@@ -226,9 +244,15 @@ class Trainer:
           ``episode_len_mean`` over the last 100 episodes, ``num_episodes``
           (this iteration), ``env_steps_per_s``, ``time_this_iter_s``,
           ``time_total_s``, and the learner's metrics flattened
-          (``"default_policy/total_loss"``, ``"__all__/num_grad_steps"``, ...).
+          (``"default_policy/total_loss"``, ``"__all__/num_grad_steps"``, ...), and
+          :func:`~jaxlearner.training.memory_stats.memory_stats` (``"memory/..."``).
+
+        Raises:
+          TypeError: for an ``env_config`` that is neither a mapping nor a callable.
+          ValueError: when the reconfigured envs' spaces differ from the learner's.
         """
         watch = Stopwatch()
+        self._reconfigure(self._schedules[0] if env_config is None else env_config)
         self._key, sample_key, update_key = jax.random.split(self._key, 3)
         module = self._behaviour_module()
         rollout = self._runner.sample(
@@ -250,9 +274,73 @@ class Trainer:
             **run_book.iteration_stats(counters, rollout.env_steps, elapsed, episodes, compiling),
             **_episode_stats(counters),
             **learner_metrics,
+            **memory_stats(self._feed.buffer),
         }
         self._book.record(stats)
         return stats
+
+    def _reconfigure(self, env_config: EnvConfig | None) -> None:
+        """Rebuilds the training envs when ``env_config`` (resolved) differs from theirs."""
+        if env_config is None:
+            return
+        config = dict(resolve_env_config(env_config, self.counters))
+        if config == self._env_config:
+            return
+        runner = EnvRunner(
+            self._env,
+            num_envs=self._runner.num_envs,
+            vectorization=self._vectorization,
+            env_config=config,
+            seed=self._seed + 20_000 + self.counters.iteration,
+        )
+        try:
+            check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
+        except ValueError:
+            runner.close()
+            raise
+        runner.share_compiled(self._runner)
+        self._runner.close()
+        self._runner, self._env_config = runner, config
+
+    def run(
+        self,
+        stop_conditions: StopCondition | Sequence[StopCondition] = (),
+        steps_per_eval: int | None = None,
+        max_iterations: int | None = None,
+        on_iteration: Callable[[dict[str, float]], None] | None = None,
+        evaluate_at_end: bool = False,
+        eval_every_iterations: int | None = None,
+        env_config: EnvConfig | None = None,
+        eval_env_config: EnvConfig | None = None,
+    ) -> list[dict[str, float]]:
+        """Steps until a stop condition holds; see
+        :func:`~jaxlearner.training.run_book.trainer_run` for the arguments they share.
+
+        Args:
+          env_config: the training envs' config for each step (a mapping, or a schedule
+            ``config(counters)`` read before each step: domain randomization over the run);
+            a new config rebuilds the envs at that step (see :meth:`step`).
+          eval_env_config: the evaluation envs' config (default: the training envs').
+
+        Example:
+          >>> gravity = lambda counters: {"g": 9.0 + counters.iteration % 3}  # doctest: +SKIP
+          >>> trainer.run([jl.MaxEnvSteps(50_000)], env_config=gravity)       # doctest: +SKIP
+        """
+        for name, value in (("env_config", env_config), ("eval_env_config", eval_env_config)):
+            check_env_config(name, value)
+        self._schedules = (env_config, eval_env_config)
+        try:
+            return run_book.trainer_run(
+                self,
+                stop_conditions,
+                steps_per_eval,
+                max_iterations,
+                on_iteration,
+                evaluate_at_end,
+                eval_every_iterations,
+            )
+        finally:
+            self._schedules = (None, None)
 
     def eval(
         self,
@@ -263,8 +351,9 @@ class Trainer:
         """Runs one whole episode in each of ``episodes`` separate evaluation envs.
 
         Args:
-          env_config: keyword arguments for the evaluation envs (default: the
-            training ``env_config``).
+          env_config: keyword arguments for the evaluation envs, or a schedule
+            ``config(counters)`` (default: :meth:`run`'s ``eval_env_config``, else the
+            training envs' config).
           deterministic: act with the deterministic policy (else explore).
           episodes: evaluation episodes (default ``eval_episodes``).
 
@@ -273,9 +362,17 @@ class Trainer:
         """
         start = time.perf_counter()
         count = self._eval_episodes if episodes is None else episodes
-        config = self._env_config if env_config is None else dict(env_config)
+        env_config = self._schedules[1] if env_config is None else env_config
+        check_env_config("env_config", env_config)
+        config = (
+            self._env_config
+            if env_config is None
+            else dict(resolve_env_config(env_config, self.counters))
+        )
         cache_key = repr((sorted(config.items()), count))
         if cache_key not in self._eval_runners:
+            if len(self._eval_runners) >= EVAL_RUNNERS_KEPT:  # a schedule makes new ones
+                self._eval_runners.pop(next(iter(self._eval_runners))).close()
             self._eval_runners[cache_key] = EnvRunner(
                 self._env, num_envs=count, vectorization=self._vectorization, env_config=config
             )
@@ -284,8 +381,6 @@ class Trainer:
         runner = self._eval_runners[cache_key]
         module = self._module_state()
         return self._book.evaluate(runner, policy, module, eval_key, self._seed, start)
-
-    run = run_book.trainer_run
 
     def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
         """Saves everything needed to continue exactly: learner state, counters, env
@@ -354,3 +449,23 @@ def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
         "episode_return_max": float(returns.max()),
         "episode_len_mean": float(np.mean(counters.recent_lengths)),
     }
+
+
+def check_env_config(name: str, value: object) -> None:
+    """Raises ``TypeError`` unless ``value`` is ``None``, a mapping or a callable."""
+    if value is not None and not isinstance(value, Mapping) and not callable(value):
+        raise TypeError(
+            f"{name} must be a mapping of env keyword arguments or a schedule "
+            f"config(counters) -> mapping; got {type(value).__name__}."
+        )
+
+
+def resolve_env_config(config: EnvConfig, counters: TrainerCounters) -> Mapping[str, Any]:
+    """``config`` itself, or a schedule's value for ``counters`` (which must be a mapping)."""
+    value = config(counters) if callable(config) else config
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"An env_config schedule must return a mapping of env keyword arguments; got "
+            f"{type(value).__name__} at iteration {counters.iteration}."
+        )
+    return value
