@@ -75,7 +75,9 @@ def test_run_clears_a_stop_request_and_honours_one_made_during_the_run():
         if stats["iteration"] == 2:
             trainer.book.request_stop()
 
-    ran = trainer.book.run(trainer, jl.MaxEnvSteps(10_000), 200, on_iteration=stop_at_two)
+    ran = trainer.book.run(
+        trainer, jl.MaxEnvSteps(10_000), steps_per_eval=200, on_iteration=stop_at_two
+    )
     assert [s["iteration"] for s in ran] == [1.0, 2.0] and trainer.stop_requested
     assert ran[1]["eval/return_mean"] == 1.0 and trainer.evaluations == 1  # at 200 env steps
     assert trainer.history == ran

@@ -151,37 +151,26 @@ class RunBook(Generic[CountersT]):
         self,
         trainer: Steppable,
         stop_conditions: StopCondition | Sequence[StopCondition] = (),
-        steps_per_eval: int | None = None,
-        max_iterations: int | None = None,
-        on_iteration: Callable[[dict[str, float]], None] | None = None,
-        evaluate_at_end: bool = False,
-        eval_every_iterations: int | None = None,
+        **options: Any,
     ) -> list[dict[str, float]]:
         """Clears the stop request and runs :func:`~jaxlearner.training.run_loop.run_loop`,
         with SIGINT and SIGTERM asking it to stop where nobody else handles them
-        (:func:`stop_on_signals`).
+        (:func:`~jaxlearner.training.stop_signals.stop_on_signals`).
 
         Args:
           trainer: the trainer holding this book (its ``step`` and ``eval`` run).
-          stop_conditions, steps_per_eval, max_iterations, on_iteration, evaluate_at_end,
-            eval_every_iterations: as :meth:`jaxlearner.Trainer.run`.
+          stop_conditions: as :meth:`jaxlearner.Trainer.run`.
+          **options: ``run_loop``'s ``steps_per_eval``, ``max_iterations``,
+            ``on_iteration``, ``evaluate_at_end`` and ``eval_every_iterations``, as
+            :func:`trainer_run` documents them.
 
         Returns:
           The stats of the iterations this call ran.
         """
         self.stop_requested = False
         with stop_on_signals(self):
-            return run_loop(
-                trainer,
-                (),  # the book writes each evaluation itself (write_evaluation)
-                stop_conditions,
-                steps_per_eval=steps_per_eval,
-                max_iterations=max_iterations,
-                on_iteration=on_iteration,
-                progress=self._progress,
-                evaluate_at_end=evaluate_at_end,
-                eval_every_iterations=eval_every_iterations,
-            )
+            # The book writes each evaluation itself (write_evaluation): no writers here.
+            return run_loop(trainer, (), stop_conditions, progress=self._progress, **options)
 
     def save(
         self,
@@ -392,11 +381,11 @@ def trainer_run(
     return trainer._book.run(
         trainer,
         stop_conditions,
-        steps_per_eval,
-        max_iterations,
-        on_iteration,
-        evaluate_at_end,
-        eval_every_iterations,
+        steps_per_eval=steps_per_eval,
+        max_iterations=max_iterations,
+        on_iteration=on_iteration,
+        evaluate_at_end=evaluate_at_end,
+        eval_every_iterations=eval_every_iterations,
     )
 
 
