@@ -319,11 +319,9 @@ def _module_spec(model: Model, observation_space: gymnasium.Space, config: DQNCo
 def make_algorithm(
     learner: Learner, action_space: gymnasium.Space, config: DQNConfig
 ) -> OffPolicyAlgorithm:
-    """DQN around ``learner`` (one of :func:`make_learner`): epsilon-greedy, transitions.
-
-    The act functions apply the learner's own model
-    (``learner.specs["default_policy"].model``); nothing is built but functions.
-    """
+    """DQN around ``learner`` (one of :func:`make_learner`): epsilon-greedy over the
+    Q-network's argmax to explore, the argmax alone to evaluate, and the TD errors that
+    prioritized replay ranks rows by, all from the learner's own Q-network."""
     model = learner.specs[MODULE_ID].model
 
     def td_errors(module: ModuleState, batch: Batch, key: jax.Array) -> jax.Array:

@@ -251,11 +251,9 @@ def make_learner(
 def make_algorithm(
     learner: Learner, action_space: gymnasium.Space, config: SACConfig
 ) -> OffPolicyAlgorithm:
-    """SAC around ``learner`` (one of :func:`make_learner`): act functions, transitions.
-
-    The act functions apply the learner's own networks
-    (``learner.specs["default_policy"].model``); nothing is built but functions.
-    """
+    """SAC around ``learner`` (one of :func:`make_learner`): actions sampled from the
+    learner's own squashed Gaussian (or categorical) policy to explore, its mode to
+    evaluate, and the critics' TD errors for prioritized replay."""
     model = learner.specs[MODULE_ID].model
     discrete = model.distribution.is_discrete
     act = _act(model, int(action_space.start) if discrete else 0)
