@@ -190,11 +190,20 @@ def test_update_returns_without_waiting_for_the_devices(devices):
     sharding = target.placement.state_sharding
     state = target.init(jax.random.key(0), regression_batch())
     jax.block_until_ready(target.update(_still_running(state, sharding), regression_batch()))
-    busy_state = _still_running(state, sharding)
-    new_state, metrics = target.update(busy_state, regression_batch())
-    assert not busy_state.modules["policy"].grad_steps.is_ready()
-    assert not metrics["policy"]["total_loss"].is_ready()
-    assert int(new_state.modules["policy"].grad_steps) == 64 // 16 * 2
+    # XLA's CPU client runs the 8 fake devices on the machine's 2 cores, and now and then
+    # (about 1 call in 5 here, before this session's changes too) finishes the busy state
+    # before update returns; an update that waited would never pass, so 3 tries must hold
+    # one where both were still running.
+    waited = []
+    for _ in range(3):
+        busy_state = _still_running(state, sharding)
+        new_state, metrics = target.update(busy_state, regression_batch())
+        running = not busy_state.modules["policy"].grad_steps.is_ready()
+        waited.append(not (running and not metrics["policy"]["total_loss"].is_ready()))
+        assert int(new_state.modules["policy"].grad_steps) == 64 // 16 * 2
+        if not waited[-1]:
+            break
+    assert not all(waited), "update waited for the state's values in every try"
 
 
 def _free_port():

@@ -79,7 +79,9 @@ def test_new_run_starts_beside_the_old_one(run, tmp_path):
     beside = run.with_name(f"{run.name}-2")
     assert f"run folder {beside}" in result.stdout
     assert json.loads((beside / "run.json").read_text())["max_steps"] == 256
-    assert [r["step"] for r in read_json_lines(beside / "metrics.jsonl")] == [1]
+    rows = read_json_lines(beside / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 1]  # the iteration, then its closing evaluation
+    assert "eval/return_mean" in rows[1]
     assert snapshot(run) == before  # nothing a run wrote is overwritten or appended to
 
 
