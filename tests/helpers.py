@@ -207,3 +207,17 @@ def symlink_a_checkpoint_file(step, which, tmp_path):
     target.unlink()
     target.symlink_to(elsewhere)
     return target
+
+
+TINY_PPO_OPTIONS = (
+    "--num-envs",
+    "4",
+    "--no-progress",
+    "--config",
+    "train_batch_size=256",
+    "minibatch_size=128",
+    "num_epochs=1",
+    "hidden_sizes=[8]",
+)
+"""``jaxlearner train ppo`` options for a tiny, fast CartPole run (``--config`` last, so the
+caller's budget and cadence options go before it, and ``--out`` may follow)."""

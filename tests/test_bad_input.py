@@ -10,22 +10,11 @@ by ``eval`` and ``train --resume`` in one line.
 import shutil
 
 import pytest
-from helpers import symlink_a_checkpoint_file
+from helpers import TINY_PPO_OPTIONS, symlink_a_checkpoint_file
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 
-TINY = [
-    "--num-envs",
-    "4",
-    "--no-progress",
-    "--eval-every",
-    "256",
-    "--config",
-    "train_batch_size=256",
-    "minibatch_size=128",
-    "num_epochs=1",
-    "hidden_sizes=[8]",
-]
+TINY = ["--eval-every", "256", *TINY_PPO_OPTIONS]
 
 
 @pytest.fixture(autouse=True)

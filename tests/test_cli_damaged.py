@@ -17,23 +17,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers import TINY_PPO_OPTIONS
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 
-TINY = [
-    "--max-steps",
-    "768",
-    "--eval-every",
-    "256",
-    "--num-envs",
-    "4",
-    "--no-progress",
-    "--config",
-    "train_batch_size=256",
-    "minibatch_size=128",
-    "num_epochs=1",
-    "hidden_sizes=[8]",
-]
+TINY = ["--max-steps", "768", "--eval-every", "256", *TINY_PPO_OPTIONS]
 
 
 @pytest.fixture(autouse=True)

@@ -18,23 +18,9 @@ import sys
 import time
 
 import pytest
+from helpers import TINY_PPO_OPTIONS
 
-TRAIN = [
-    "train",
-    "ppo",
-    "--max-steps",
-    "1024",
-    "--eval-every",
-    "512",
-    "--num-envs",
-    "4",
-    "--no-progress",
-    "--config",
-    "train_batch_size=256",
-    "minibatch_size=128",
-    "num_epochs=1",
-    "hidden_sizes=[8]",
-]
+TRAIN = ["train", "ppo", "--max-steps", "1024", "--eval-every", "512", *TINY_PPO_OPTIONS]
 
 
 def interrupt(argv, delay, number):

@@ -9,7 +9,7 @@ the evaluation, checkpoint and stop schedule continue where they were.
 import signal
 
 import pytest
-from helpers import VARYING
+from helpers import TINY_PPO_OPTIONS, VARYING
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 from jaxlearner.training.outputs.loggers import JSONLinesWriter, read_json_lines
@@ -26,14 +26,7 @@ RUN = [
     "640",
     "--checkpoint-every-steps",
     "1024",
-    "--num-envs",
-    "4",
-    "--no-progress",
-    "--config",
-    "train_batch_size=256",
-    "minibatch_size=128",
-    "num_epochs=1",
-    "hidden_sizes=[8]",
+    *TINY_PPO_OPTIONS,
 ]
 
 
