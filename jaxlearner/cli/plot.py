@@ -103,6 +103,12 @@ def _evaluations(records: list[dict[str, Any]]) -> dict[float, float]:
     return found
 
 
+def _final_evaluation(records: list[dict[str, Any]]) -> float:
+    """The return of a run's last evaluation (at its most env steps)."""
+    found = _evaluations(records)
+    return found[max(found)]
+
+
 def _groups(runs: list[Run]) -> dict[str, list[Run]]:
     """The runs by ``"algorithm env"``, in the order given; each must have evaluated."""
     groups: dict[str, list[Run]] = {}
@@ -130,7 +136,7 @@ def _table(groups: dict[str, list[Run]]) -> str:
     """The final evaluation of each run, aggregated per group; the optimality gap to the
     stop reward when every run names the same one."""
     finals = {
-        label: [_evaluations(records)[max(_evaluations(records))] for _, _, records in members]
+        label: [_final_evaluation(records) for _, _, records in members]
         for label, members in groups.items()
     }
     targets = {info.get("stop_reward") for members in groups.values() for _, info, _ in members}

@@ -45,7 +45,7 @@ from jaxlearner.training.env_runner import EnvRunner, evaluate
 from jaxlearner.training.history import History
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.outputs.run_config import ConfigWriter
-from jaxlearner.training.run_loop import Steppable, run_loop
+from jaxlearner.training.run_loop import Steppable, evaluation_row, run_loop
 from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.stop_signals import stop_on_signals
 
@@ -283,10 +283,7 @@ class RunBook(Generic[CountersT]):
         """Writes an evaluation's results as ``{"eval/...": ..., "env_steps", "iteration"}``
         at the current iteration to the writers: every evaluation, whether ``run``'s
         schedule or a direct ``trainer.eval()`` made it (rl8 logs each one)."""
-        row = {f"eval/{k}": float(v) for k, v in results.items()}
-        row.update(
-            env_steps=float(self.counters.env_steps), iteration=float(self.counters.iteration)
-        )
+        row = evaluation_row(results, self.counters.env_steps, self.counters.iteration)
         for writer in self._writers:
             writer.write(self.counters.iteration, row)
 

@@ -202,12 +202,26 @@ def run_loop(
     return ran
 
 
+def evaluation_row(
+    results: Mapping[str, float], env_steps: float, iteration: float
+) -> dict[str, float]:
+    """An evaluation as the writers get it: ``{"eval/<name>": ..., "env_steps",
+    "iteration"}``.
+
+    Example:
+      >>> evaluation_row({"return_mean": 9.5}, 256, 1)
+      {'eval/return_mean': 9.5, 'env_steps': 256.0, 'iteration': 1.0}
+    """
+    row = {f"eval/{name}": float(value) for name, value in results.items()}
+    return {**row, "env_steps": float(env_steps), "iteration": float(iteration)}
+
+
 def _evaluate(trainer: Steppable, stats: dict[str, float], writers: Sequence[Writer]) -> None:
     """Evaluates ``trainer``, joins the results to ``stats`` in place (the history holds this
     same dict) and writes them at the iteration's index."""
     counters = trainer.counters
-    evaluation = {f"eval/{k}": v for k, v in trainer.eval().items()}
-    stats.update(evaluation, time_total_s=counters.time_total_s)
-    logged = {**evaluation, "env_steps": stats["env_steps"], "iteration": stats["iteration"]}
+    logged = evaluation_row(trainer.eval(), stats["env_steps"], stats["iteration"])
+    stats.update({k: v for k, v in logged.items() if k.startswith("eval/")})
+    stats["time_total_s"] = counters.time_total_s
     for writer in writers:
         writer.write(counters.iteration, logged)

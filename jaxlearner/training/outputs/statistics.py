@@ -78,9 +78,15 @@ def iqm(scores: Any) -> float:
       >>> iqm([1.0, 2.0, 3.0, 4.0, 100.0, 7.0, 8.0, 9.0])
       5.5
     """
-    values = np.sort(_finite(scores))
-    cut = int(0.25 * values.size)
-    return float(values[cut : values.size - cut].mean())
+    return float(_middle_half_mean(np.sort(_finite(scores))))
+
+
+def _middle_half_mean(ordered: np.ndarray) -> np.ndarray:
+    """The mean of the middle half of each row of ``ordered`` (sorted along its last axis,
+    ``n`` long): ``int(n / 4)`` values cut from each end, as ``scipy.stats.trim_mean``."""
+    n = ordered.shape[-1]
+    cut = int(0.25 * n)
+    return ordered[..., cut : n - cut].mean(axis=-1)
 
 
 def median(scores: Any) -> float:
@@ -258,8 +264,7 @@ def iqm_curve(
         if finite.size:
             center[index] = iqm(finite)
             samples = np.sort(finite[rng.integers(0, finite.size, (reps, finite.size))], axis=1)
-            cut = int(0.25 * finite.size)
-            estimates = samples[:, cut : finite.size - cut].mean(axis=1)
+            estimates = _middle_half_mean(samples)
             low[index], high[index] = np.percentile(estimates, [tail, 100.0 - tail])
     shape = seeds_last.shape[:-1]
     return center.reshape(shape), low.reshape(shape), high.reshape(shape)

@@ -59,12 +59,9 @@ class WandbWriter:
     ) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"WandbWriter mode must be one of {list(MODES)}; got {mode!r}.")
-        try:
-            import wandb
-        except ImportError as error:
-            raise ImportError(
-                "WandbWriter needs wandb: pip install 'jaxlearner[wandb]'."
-            ) from error
+        require_wandb()
+        import wandb
+
         self._wandb = wandb
         self._run = wandb.init(
             project=project,
