@@ -221,3 +221,31 @@ TINY_PPO_OPTIONS = (
 )
 """``jaxlearner train ppo`` options for a tiny, fast CartPole run (``--config`` last, so the
 caller's budget and cadence options go before it, and ``--out`` may follow)."""
+
+
+def pendulum_replay_batch(size=16, seed=0):
+    """Replay rows for Pendulum-v1's spaces (obs 3, action 1) in SAC's batch layout."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.normal(size=(size, 3)).astype(np.float32),
+        "actions": rng.uniform(-2, 2, (size, 1)).astype(np.float32),
+        "rewards": rng.normal(size=size).astype(np.float32),
+        "next_obs": rng.normal(size=(size, 3)).astype(np.float32),
+        "discounts": np.full(size, 0.99, np.float32),
+        "mask": np.ones(size, np.float32),
+    }
+
+
+def refused(main, argv, capsys, *fragments):
+    """Runs ``main(argv)`` (the command line's); asserts exit 2 and one stderr line, without
+    a traceback, holding each fragment; returns that line."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exited:
+        main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err

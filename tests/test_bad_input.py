@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 from helpers import TINY_PPO_OPTIONS, symlink_a_checkpoint_file
+from helpers import refused as refused_by
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 
@@ -24,14 +25,7 @@ def no_compilation_cache(monkeypatch):
 
 def refused(argv, capsys, *fragments):
     """Runs ``main(argv)``; asserts exit 2 and one stderr line holding each fragment."""
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exited.value.code == 2, err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
+    return refused_by(main, argv, capsys, *fragments)
 
 
 @pytest.mark.parametrize(

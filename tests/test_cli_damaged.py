@@ -18,6 +18,7 @@ import sys
 
 import pytest
 from helpers import TINY_PPO_OPTIONS
+from helpers import refused as refused_by
 
 from jaxlearner.cli import NO_CACHE_VARIABLE, main
 
@@ -159,14 +160,7 @@ def test_resume_from_an_older_step_with_step_goes_on_beside_the_run(run):
 
 def refused(argv, capsys, *fragments):
     """Runs ``main(argv)``; asserts exit 2 and one stderr line holding each fragment."""
-    with pytest.raises(SystemExit) as exited:
-        main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert exited.value.code == 2, err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in err, err
-    return err
+    return refused_by(main, argv, capsys, *fragments)
 
 
 def test_a_damaged_step_asked_for_and_no_intact_step_are_one_line(run, capsys, tmp_path):

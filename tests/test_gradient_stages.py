@@ -18,6 +18,7 @@ from helpers import (
     assert_trees_close,
     maybe_jit,
     mse_loss,
+    pendulum_replay_batch,
     regression_batch,
     tree_equal,
 )
@@ -100,18 +101,6 @@ def test_mean_of_two_half_batch_gradients_is_the_full_batch_sgd_step(jit):
     assert_trees_close(mean, full, rtol=1e-5, atol=1e-6)
 
 
-def sac_batch(size=16, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "obs": rng.normal(size=(size, 3)).astype(np.float32),
-        "actions": rng.uniform(-2, 2, (size, 1)).astype(np.float32),
-        "rewards": rng.normal(size=size).astype(np.float32),
-        "next_obs": rng.normal(size=(size, 3)).astype(np.float32),
-        "discounts": np.full(size, 0.99, np.float32),
-        "mask": np.ones(size, np.float32),
-    }
-
-
 def test_sac_actor_critic_and_temperature_take_the_update_step(jit):
     config = {"hidden_sizes": (8,), "num_steps_sampled_before_learning_starts": 0}
     config["grad_clip"] = 0.05  # small enough that every optimizer clips
@@ -120,11 +109,11 @@ def test_sac_actor_critic_and_temperature_take_the_update_step(jit):
     state = learner.init(jax.random.key(0))
     stepped, updated = state, state
     for seed in range(2):
-        stepped, metrics = stages(learner, stepped, sac_batch(seed=seed), env_steps=16)
-        updated, _ = learner.update(updated, sac_batch(seed=seed))
+        stepped, metrics = stages(learner, stepped, pendulum_replay_batch(seed=seed), env_steps=16)
+        updated, _ = learner.update(updated, pendulum_replay_batch(seed=seed))
         assert_same_step(stepped, updated)  # the polyak step on the target critics included
     # Each optimizer clipped its own leaves to global norm 0.05; its pre-clip norm is larger.
-    grads, metrics = learner.compute_gradients(state, sac_batch())
+    grads, metrics = learner.compute_gradients(state, pendulum_replay_batch())
     clipped = learner.postprocess_gradients(state, grads)["default_policy"]["params"]
     for name in ("actor", "critic", "temperature"):
         assert float(metrics["default_policy"][f"grad_norm/{name}"]) > 0.05

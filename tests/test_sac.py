@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import maybe_jit, tree_equal
+from helpers import maybe_jit, pendulum_replay_batch, tree_equal
 
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
@@ -302,18 +302,6 @@ def test_trainer_with_prioritized_replay_updates_priorities():
     assert (priorities < float(buffer.max_priority) - 1e-6).sum() > 10
 
 
-def replay_batch(size=16, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "obs": rng.normal(size=(size, 3)).astype(np.float32),
-        "actions": rng.uniform(-2, 2, (size, 1)).astype(np.float32),
-        "rewards": rng.normal(size=size).astype(np.float32),
-        "next_obs": rng.normal(size=(size, 3)).astype(np.float32),
-        "discounts": np.full(size, 0.99, np.float32),
-        "mask": np.ones(size, np.float32),
-    }
-
-
 def test_target_critics_take_a_polyak_step_after_every_gradient_step():
     learner = sac_algorithm({"tau": 0.1}).learner
     state = learner.init(jax.random.key(0))
@@ -321,7 +309,7 @@ def test_target_critics_take_a_polyak_step_after_every_gradient_step():
     assert set(module.extra) == {"target_critic"}
     assert tree_equal(module.extra["target_critic"], module.params["params"]["critic"])
     old_target = module.extra["target_critic"]
-    state, metrics = learner.update(state, replay_batch())
+    state, metrics = learner.update(state, pendulum_replay_batch())
     module = state.modules["default_policy"]
     expected = jax.tree.map(
         lambda p, t: 0.1 * p + 0.9 * t, module.params["params"]["critic"], old_target
