@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One sitting of the device benchmarks on a single accelerator (no fake devices):
+# bench_update, bench_group and bench_anakin (the peer comparison and the run to 475).
+# Each benchmark has its own time limit so a slow one cannot starve the others.
+#
+# Run from the repository root: OUT=/some/dir bash benchmarks/gpu_sitting.sh
+# Writes sitting.log (everything printed) and each benchmark's JSON into $OUT.
+set -u
+OUT=${OUT:-benchmarks/results/gpu_sitting}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+log=$OUT/sitting.log
+
+step() {  # step SECONDS NAME COMMAND...
+    local limit=$1 name=$2
+    shift 2
+    echo "=== $name ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"
+    timeout "$limit" "$@" 2>&1 | tee -a "$log"
+    echo "=== $name exit ${PIPESTATUS[0]}" | tee -a "$log"
+}
+
+step 60 environment python3 -c "import jax, jaxlib, flax, optax, jaxlearner; \
+print(jax.__version__, jaxlib.__version__, flax.__version__, optax.__version__); \
+print(jax.devices())"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$log"
+
+step 90 bench_update python3 benchmarks/bench_update.py --repeats 7
+cp benchmarks/results/bench_update.json "$OUT/" 2>/dev/null
+step 90 bench_group python3 benchmarks/bench_group.py --fake-cpu-devices 0 --repeats 5
+cp benchmarks/results/bench_group.json "$OUT/" 2>/dev/null
+step 170 bench_anakin_peer python3 benchmarks/bench_anakin.py --peer --peer-seeds 1 64 --repeats 2
+cp benchmarks/results/bench_anakin_peer.json "$OUT/" 2>/dev/null
+step 120 bench_anakin python3 benchmarks/bench_anakin.py --seeds 1 32
+cp benchmarks/results/bench_anakin.json "$OUT/" 2>/dev/null
+exit 0
