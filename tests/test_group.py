@@ -189,15 +189,16 @@ def test_update_returns_without_waiting_for_the_devices(devices):
     target = one_module_learner().on(devices)
     sharding = target.placement.state_sharding
     state = target.init(jax.random.key(0), regression_batch())
-    jax.block_until_ready(target.update(_still_running(state, sharding), regression_batch()))
-    # XLA's CPU client runs the 8 fake devices on the machine's 2 cores, and now and then
-    # (about 1 call in 5 here, before this session's changes too) finishes the busy state
-    # before update returns; an update that waited would never pass, so 3 tries must hold
-    # one where both were still running.
+    # The batch is on the devices already, so update copies nothing to them either.
+    batch = jax.device_put(regression_batch(), target.placement.batch_sharding)
+    jax.block_until_ready(target.update(_still_running(state, sharding), batch))
+    # XLA's CPU client runs the 8 fake devices on 2 cores and now and then finishes the
+    # busy state before update returns (about 1 call in 5 here); an update that waited
+    # would never pass, so 6 tries must hold one where both were still running.
     waited = []
-    for _ in range(3):
+    for _ in range(6):
         busy_state = _still_running(state, sharding)
-        new_state, metrics = target.update(busy_state, regression_batch())
+        new_state, metrics = target.update(busy_state, batch)
         running = not busy_state.modules["policy"].grad_steps.is_ready()
         waited.append(not (running and not metrics["policy"]["total_loss"].is_ready()))
         assert int(new_state.modules["policy"].grad_steps) == 64 // 16 * 2
