@@ -169,23 +169,29 @@ def _make_rollout(
             "terminated": terminated,
             "truncated": truncated,
             "next_obs": info["final_obs"],
-            "valid": jnp.ones_like(terminated),
             **extras,  # an extras["actions"] (before clipping) is the one to train on
         }
-        done = terminated | truncated
-        episodes = (done, info["episode_return"], info["episode_length"])
         # The environment reset where an episode ended: its next step is the next one's first.
+        done = terminated | truncated
         memory = None if memory is None else Memory(recurrent_carry, done)
-        return (env_states, next_obs, memory), (transition, episodes)
+        return (env_states, next_obs, memory), (
+            transition,
+            info["episode_return"],
+            info["episode_length"],
+        )
 
     def rollout(
         module: ModuleState, env_states: EnvState, obs: jax.Array, memory: Any, key: jax.Array
     ) -> tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]:
-        (env_states, obs, memory), (experience, (done, returns, lengths)) = jax.lax.scan(
+        (env_states, obs, memory), (experience, returns, lengths) = jax.lax.scan(
             lambda carry, k: step(module, carry, k),
             (env_states, obs, memory),
             jax.random.split(key, num_steps),
         )
+        # Derived after the loop rather than stored by each step: on an accelerator every
+        # array a step stores is one more kernel launch per step (benchmarks/hlo_kernels.py).
+        done = experience["terminated"] | experience["truncated"]
+        experience = {**experience, "valid": jnp.ones_like(done)}
         count = done.sum(dtype=jnp.int32)
         mean = lambda x: jnp.where(
             count > 0, (x * done).sum() / jnp.maximum(count, 1), jnp.nan
