@@ -238,6 +238,58 @@ def test_multi_agent_ppo_validates_policies_and_rebuilds_from_its_recipe():
         multi_agent_ppo({"a": (box, discrete)}, policies_to_train=())
 
 
+def test_each_policy_trains_with_its_own_config_and_keeps_it_in_the_recipe(tmp_path):
+    # RLlib's per-module config overrides: p1 learns nothing (lr 0) on a network of its own.
+    spaces = policy_spaces(GridSpread, INDEPENDENT)
+    overrides = {"p1": {"lr": 0.0, "hidden_sizes": (8, 8), "entropy_coeff": 0.05}}
+    learner = multi_agent_ppo(spaces, SMALL, policy_configs=overrides)
+    trainer = MultiAgentTrainer(learner, GridSpread, INDEPENDENT, num_envs=2)
+    kernel = lambda m: trainer.state.modules[m].params["params"]["actor"]["encoder"]["mlp"]
+    assert kernel("p0")["dense_0"]["kernel"].shape == (*spaces["p0"][0].shape, 16)
+    assert sorted(kernel("p1")) == ["dense_0", "dense_1"]
+    before = jax.device_get(trainer.state.modules)
+    stats = trainer.step()
+    after = jax.device_get(trainer.state.modules)
+    assert tree_equal(after["p1"].params, before["p1"].params)
+    assert not tree_equal(after["p0"].params, before["p0"].params)
+    assert float(after["p1"].hyperparams["entropy_coeff"]) == pytest.approx(0.05)
+    assert float(after["p0"].hyperparams["entropy_coeff"]) == 0.0
+    assert "p1/total_loss" in stats
+    assert learner.recipe["policy_configs"] == {
+        "p1": {"lr": 0.0, "hidden_sizes": [8, 8], "entropy_coeff": 0.05}
+    }
+    with jl.CheckpointManager(tmp_path, async_save=False) as checkpoint:
+        trainer.save(checkpoint)
+    restored, state = jl.restore(tmp_path)
+    assert restored.recipe == learner.recipe and tree_equal(state, trainer.state)
+
+
+@pytest.mark.parametrize(
+    ("policy_configs", "error", "message"),
+    [
+        (
+            {"p9": {"lr": 1.0}},
+            ValueError,
+            r"unknown policy id\(s\) \['p9'\]; policies: \['p0', 'p1'\]",
+        ),
+        (
+            {"p1": {"learning_rate": 1.0}},
+            ValueError,
+            r"unknown PPOConfig field\(s\) \['learning_rate'\]",
+        ),
+        ({"p1": {"minibatch_size": 16}}, ValueError, r"changes \['minibatch_size'\], which all"),
+        ({"p1": {"gamma": 2.0}}, ValueError, r"policy_configs\['p1'\]: .*gamma"),
+        ({"p1": 0.1}, TypeError, r"policy_configs\['p1'\] must be a mapping"),
+        ([("p1", {})], TypeError, "policy_configs must be None or a mapping"),
+    ],
+)
+def test_bad_policy_configs_are_refused_when_the_learner_is_built(policy_configs, error, message):
+    with pytest.raises(error, match=message):
+        multi_agent_ppo(
+            policy_spaces(GridSpread, INDEPENDENT), SMALL, policy_configs=policy_configs
+        )
+
+
 # The runner
 
 

@@ -13,6 +13,10 @@ module-level fields (model, learning rate, loss coefficients) build each
 module, its learner-level fields (``minibatch_size``, ``num_epochs``,
 ``shuffle``) the learner, and ``train_batch_size`` counts env steps per
 training iteration (each env step gives one row per agent to its policy).
+``policy_configs`` overrides module-level fields per policy (RLlib's
+``algorithm_config_overrides_per_module``): a different learning rate,
+entropy coefficient or network for one policy; the shared fields
+(:data:`SHARED_FIELDS`) stay one value for the whole learner.
 
 The learner carries a JSON recipe (``"algorithm": "multi_agent_ppo"``, the
 config, each policy's spaces and the policies to train), so a checkpoint
@@ -33,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -51,11 +56,23 @@ ALGORITHM = "multi_agent_ppo"
 PolicySpaces = Mapping[str, tuple[gymnasium.Space, gymnasium.Space]]
 """``{policy_id: (observation_space, action_space)}``."""
 
+SHARED_FIELDS: tuple[str, ...] = (
+    "train_batch_size",
+    "minibatch_size",
+    "num_epochs",
+    "shuffle",
+    "num_envs_per_env_runner",
+    "use_lstm",
+)
+"""PPOConfig fields that belong to the learner or the run, not to one policy: a
+``policy_configs`` entry may not change them."""
+
 
 def multi_agent_ppo(
     policies: PolicySpaces,
     config: PPOConfig | Mapping[str, Any] | None = None,
     policies_to_train: Collection[str] | None = None,
+    policy_configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Learner:
     """A :class:`~jaxlearner.Learner` of one PPO module per policy.
 
@@ -67,6 +84,9 @@ def multi_agent_ppo(
       config: a :class:`~jaxlearner.algorithms.PPOConfig` (or a dict of its
         fields) shared by every policy.
       policies_to_train: the policy ids that get gradient steps (``None``: all).
+      policy_configs: ``{policy_id: {field: value}}``, PPOConfig fields that
+        differ for that policy from ``config`` (``None``: none differ). The
+        fields in :data:`SHARED_FIELDS` cannot differ.
 
     Returns:
       The learner; it knows its batch layout (``learner.init(key)`` needs no
@@ -74,14 +94,22 @@ def multi_agent_ppo(
 
     Raises:
       ValueError: for no policies, a policy id that is not a non-empty string,
-        ``policies_to_train`` naming an unknown policy (the valid ids are
-        listed), or invalid config values.
+        ``policies_to_train`` or ``policy_configs`` naming an unknown policy
+        (the valid ids are listed), a ``policy_configs`` entry that changes a
+        shared field or names no PPOConfig field, or invalid config values.
       TypeError: for an entry that is not a pair of gymnasium spaces, or
         unsupported spaces.
 
     Example:
+      >>> import gymnasium as gym, jax, jaxlearner as jl
+      >>> obs, act = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3)
       >>> learner = jl.algorithms.multi_agent_ppo(
-      ...     {"shared": (obs_space, action_space)})                    # doctest: +SKIP
+      ...     {"blue": (obs, act), "red": (obs, act)}, {"minibatch_size": 64},
+      ...     policy_configs={"red": {"lr": 1e-4, "hidden_sizes": (32,)}})
+      >>> params = learner.init(jax.random.key(0)).modules
+      >>> [params[p].params["params"]["actor"]["encoder"]["mlp"]["dense_0"]["kernel"].shape
+      ...  for p in ("blue", "red")]
+      [(4, 256), (4, 32)]
     """
     config = make_config(PPOConfig, config)
     if config.use_lstm:
@@ -91,10 +119,13 @@ def multi_agent_ppo(
         )
     policies = _check_policies(policies)
     trained = _check_policies_to_train(policies_to_train, tuple(policies))
+    overrides = _check_policy_configs(policy_configs, config, tuple(policies))
     modules = {}
     layouts = {}
     for policy_id, (observation_space, action_space) in policies.items():
-        modules[policy_id], layouts[policy_id] = ppo_module(observation_space, action_space, config)
+        modules[policy_id], layouts[policy_id] = ppo_module(
+            observation_space, action_space, _policy_config(config, overrides, policy_id)
+        )
     return Learner(
         modules,
         minibatch_size=config.minibatch_size,
@@ -102,7 +133,7 @@ def multi_agent_ppo(
         shuffle=config.shuffle,
         modules_to_train=trained,
         batch_layout=layouts,
-        recipe=_recipe(policies, config, trained),
+        recipe=_recipe(policies, config, trained, overrides),
     )
 
 
@@ -119,9 +150,11 @@ def algorithms_for(learner: Learner) -> dict[str, OnPolicyAlgorithm]:
       >>> algorithms = algorithms_for(learner)                           # doctest: +SKIP
       >>> algorithms["blue"].explore(state.modules["blue"], obs, key)    # doctest: +SKIP
     """
-    policies, config = _parse(learner.recipe)
+    policies, config, overrides = _parse(learner.recipe)
     return {
-        policy_id: make_algorithm(learner, action_space, config, module_id=policy_id)
+        policy_id: make_algorithm(
+            learner, action_space, _policy_config(config, overrides, policy_id), policy_id
+        )
         for policy_id, (_, action_space) in policies.items()
     }
 
@@ -149,23 +182,36 @@ def with_policies_to_train(learner: Learner, policies_to_train: Collection[str])
     Example:
       >>> learner = with_policies_to_train(learner, {"red"})            # doctest: +SKIP
     """
-    policies, config = _parse(learner.recipe)
+    policies, config, overrides = _parse(learner.recipe)
     trained = _check_policies_to_train(policies_to_train, tuple(policies))
-    return learner.replace(modules_to_train=trained, recipe=_recipe(policies, config, trained))
+    return learner.replace(
+        modules_to_train=trained, recipe=_recipe(policies, config, trained, overrides)
+    )
 
 
 def learner_from_recipe(recipe: dict[str, Any]) -> Learner:
     """The learner a ``multi_agent_ppo`` recipe describes (the registered recipe builder)."""
-    policies, config = _parse(recipe)
-    return multi_agent_ppo(policies, config, recipe.get("policies_to_train"))
+    policies, config, overrides = _parse(recipe)
+    return multi_agent_ppo(policies, config, recipe.get("policies_to_train"), overrides)
 
 
 register_recipe(ALGORITHM, learner_from_recipe, replace=True)
 
 
 def _recipe(
-    policies: PolicySpaces, config: PPOConfig, trained: frozenset[str] | None
+    policies: PolicySpaces,
+    config: PPOConfig,
+    trained: frozenset[str] | None,
+    overrides: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
+    recipe_overrides = {
+        policy_id: {
+            field: value
+            for field, value in config_to_json(_policy_config(config, overrides, policy_id)).items()
+            if field in fields
+        }
+        for policy_id, fields in overrides.items()
+    }
     return {
         "algorithm": ALGORITHM,
         "config": config_to_json(config),
@@ -177,10 +223,15 @@ def _recipe(
             for policy_id, (observation_space, action_space) in policies.items()
         },
         "policies_to_train": None if trained is None else sorted(trained),
+        "policy_configs": recipe_overrides,
     }
 
 
-def _parse(recipe: Mapping[str, Any] | None) -> tuple[dict[str, Any], PPOConfig]:
+def _parse(
+    recipe: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], PPOConfig, dict[str, dict[str, Any]]]:
+    """``(policies, shared config, {policy_id: overrides})``; recipes written before
+    ``policy_configs`` existed have none."""
     if not recipe or recipe.get("algorithm") != ALGORITHM:
         found = None if not recipe else recipe.get("algorithm")
         raise ValueError(
@@ -197,7 +248,68 @@ def _parse(recipe: Mapping[str, Any] | None) -> tuple[dict[str, Any], PPOConfig]
         )
         for policy_id, spaces in recipe["policies"].items()
     }
-    return policies, config_from_json(PPOConfig, recipe["config"])
+    config = config_from_json(PPOConfig, recipe["config"])
+    overrides = {
+        policy_id: {
+            field: getattr(config_from_json(PPOConfig, {**recipe["config"], **fields}), field)
+            for field in fields
+        }
+        for policy_id, fields in (recipe.get("policy_configs") or {}).items()
+    }
+    return policies, config, overrides
+
+
+def _policy_config(
+    config: PPOConfig, overrides: Mapping[str, Mapping[str, Any]], policy_id: str
+) -> PPOConfig:
+    """``config`` with ``policy_id``'s overrides, validated as a whole PPOConfig."""
+    fields = overrides.get(policy_id)
+    return dataclasses.replace(config, **fields) if fields else config
+
+
+def _check_policy_configs(
+    policy_configs: object, config: PPOConfig, policy_ids: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """The per-policy overrides, each policy's whole config built once to validate it."""
+    if policy_configs is None:
+        return {}
+    if not isinstance(policy_configs, Mapping):
+        raise TypeError(
+            "policy_configs must be None or a mapping {policy_id: {field: value}}; got "
+            f"{type(policy_configs).__name__}."
+        )
+    unknown = sorted(set(policy_configs) - set(policy_ids))
+    if unknown:
+        raise ValueError(
+            f"policy_configs names unknown policy id(s) {unknown}; policies: {list(policy_ids)}."
+        )
+    valid = sorted(f.name for f in dataclasses.fields(PPOConfig))
+    overrides = {}
+    for policy_id, fields in policy_configs.items():
+        if not isinstance(fields, Mapping):
+            raise TypeError(
+                f"policy_configs[{policy_id!r}] must be a mapping of PPOConfig fields; got "
+                f"{type(fields).__name__}."
+            )
+        names = sorted(set(fields) - set(valid))
+        if names:
+            raise ValueError(
+                f"policy_configs[{policy_id!r}] has unknown PPOConfig field(s) {names}; valid "
+                f"names: {valid}."
+            )
+        shared = sorted(f for f in fields if f in SHARED_FIELDS and fields[f] != getattr(config, f))
+        if shared:
+            raise ValueError(
+                f"policy_configs[{policy_id!r}] changes {shared}, which all policies share (one "
+                f"learner, one run): set them in the shared config. Per-policy fields are all "
+                f"PPOConfig fields but {list(SHARED_FIELDS)}."
+            )
+        overrides[policy_id] = dict(fields)
+        try:
+            _policy_config(config, overrides, policy_id)
+        except (ValueError, TypeError) as error:
+            raise type(error)(f"policy_configs[{policy_id!r}]: {error}") from None
+    return overrides
 
 
 def _check_policies(policies: object) -> dict[str, tuple[gymnasium.Space, gymnasium.Space]]:
