@@ -182,3 +182,108 @@ def test_spec_hyperparams_override_an_update_default():
     state, _ = learner.update(state, regression_batch())
     # tau was 1.0 at the step: the target equals the new params.
     assert tree_equal(state.modules["m"].extra["target_params"], state.modules["m"].params)
+
+
+def _kl_learner():
+    outside = jl.adaptive_kl_coeff(0.2, 0.01, metric="sampled_kl", after="additional_update")
+    specs = {
+        "policy": jl.ModuleSpec(
+            nn.Dense(1), mse_loss, optax.sgd(0.01), additional_updates=[outside]
+        ),
+        "critic": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.01)),
+    }
+    learner = jl.Learner(specs)
+    return learner, learner.init(jax.random.key(0), {m: regression_batch() for m in specs})
+
+
+def test_additional_update_runs_on_a_kl_sampled_outside_the_learner():
+    learner, state = _kl_learner()
+    # RLlib: learner_group.additional_update(module_ids_to_update=["policy"], sampled_kl_values=...)
+    high = learner.additional_update(state, module_ids=["policy"], sampled_kl=0.05)
+    low = learner.additional_update(high, sampled_kl=np.float32(0.001))  # every module with one
+    # 0.05 > 2 * 0.01 multiplies by 1.5; 0.001 < 0.5 * 0.01 halves: 0.2 -> 0.3 -> 0.15.
+    assert float(high.modules["policy"].extra["kl_coeff"]) == pytest.approx(0.3)
+    assert float(low.modules["policy"].extra["kl_coeff"]) == pytest.approx(0.15)
+    assert float(state.modules["policy"].extra["kl_coeff"]) == pytest.approx(0.2)  # pure
+    assert tree_equal(high.modules["critic"], state.modules["critic"])
+
+    @jax.jit
+    def adapt(state, kl):  # jittable, with a traced value
+        return learner.additional_update(state, module_ids=["policy"], sampled_kl=kl)
+
+    assert tree_equal(adapt(state, 0.05), high)
+    eager = learner.replace(jit=False).additional_update(state, sampled_kl=0.05)
+    assert tree_equal(eager, high)
+    # It is not one of the update's own: an update leaves the coefficient as it was.
+    _, metrics = learner.update(high, {"policy": regression_batch()})
+    assert float(metrics["policy"]["extra/kl_coeff"]) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (dict(module_ids=["nope"], sampled_kl=0.1), KeyError, r"unknown module id 'nope'"),
+        (dict(module_ids="policy", sampled_kl=0.1), TypeError, r"did you mean \['policy'\]"),
+        (dict(module_ids=["critic"]), ValueError, r"'critic' has no after='additional_update'"),
+        (dict(sampled_kl=0.1, timestep=5), TypeError, r"\['timestep'\] that no additional upd"),
+        (dict(module_ids=["policy"]), TypeError, r"takes \['sampled_kl'\]; missing"),
+        (dict(sampled_kl="high"), TypeError, r"value 'sampled_kl' holds str 'high'"),
+    ],
+)
+def test_additional_update_refuses_bad_input_before_compiling(call, error, match):
+    traces = []
+
+    def set_kl(module, values):
+        traces.append(values)
+        return module.replace(extra={**module.extra, "kl": values["sampled_kl"]})
+
+    outside = jl.AdditionalUpdate(
+        set_kl, "additional_update", lambda params: {"kl": 0.0}, takes=("sampled_kl",)
+    )
+    policy = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1), additional_updates=[outside])
+    critic = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))
+    learner = jl.Learner({"policy": policy, "critic": critic})
+    state = learner.init(jax.random.key(0), {m: regression_batch() for m in learner.module_ids})
+    with pytest.raises(error, match=match):
+        learner.additional_update(state, **call)
+    assert traces == []  # refused before anything was traced
+
+
+def test_additional_update_declarations_are_checked():
+    with pytest.raises(ValueError, match="only learner.additional_update passes"):
+        jl.AdditionalUpdate(lambda m, v: m, after="update", takes=("kl",))
+    with pytest.raises(TypeError, match=r"did you mean \('kl',\)"):
+        jl.AdditionalUpdate(lambda m, v: m, after="additional_update", takes="kl")
+    plain = jl.Learner({"m": jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.01))})
+    state = plain.init(jax.random.key(0), regression_batch())
+    with pytest.raises(ValueError, match="no module has an additional update to run"):
+        plain.additional_update(state, kl=0.1)
+
+
+def test_update_start_runs_before_the_gradient_steps_and_the_loss_sees_it():
+    def loss(params, batch, ctx):
+        mse, _ = mse_loss(params, batch, ctx)
+        return mse, {"scale_seen": ctx.extra["scale"]}
+
+    def before_gradient_based_update(module, values):
+        extra = {"scale": module.extra["scale"] * 2.0, "env_steps_seen": values["env_steps"]}
+        return module.replace(extra={**module.extra, **extra})
+
+    spec = jl.ModuleSpec(
+        nn.Dense(1),
+        loss,
+        optax.sgd(0.01),
+        init_extra=lambda params: {"scale": jnp.float32(1.0), "env_steps_seen": jnp.int32(0)},
+        additional_updates=[
+            jl.AdditionalUpdate(before_gradient_based_update, after="update_start")
+        ],
+    )
+    learner = jl.Learner({"m": spec}, minibatch_size=16)
+    state = learner.init(jax.random.key(0), regression_batch())
+    state, metrics = learner.update(state, regression_batch(), env_steps=100)
+    # Once per update, before its 4 steps: every step's loss saw 2.0, not 1.0 or 16.0.
+    assert float(metrics["m"]["scale_seen"]) == 2.0
+    assert int(state.modules["m"].extra["env_steps_seen"]) == 100
+    # compute_gradients is the first step of an update without this stage: it sees 2.0 again.
+    _, step_metrics = learner.compute_gradients(state, regression_batch())
+    assert float(step_metrics["m"]["scale_seen"]) == 2.0

@@ -9,6 +9,7 @@ import pytest
 from helpers import mse_loss, regression_batch, tree_equal
 
 import jaxlearner as jl
+from jaxlearner.core.module_selection import ModuleSelection, freeze_rule, takes_batch, with_module
 
 
 def spec(rate=0.05, loss=mse_loss, **kwargs):
@@ -221,3 +222,94 @@ def test_learner_and_spec_validation():
         jl.Learner({"m": spec()}).init(0, regression_batch())
     with pytest.raises(TypeError, match=r"from learner.init\); got NoneType"):
         jl.Learner({"m": spec()}).update(None, regression_batch())
+
+
+def test_should_module_be_updated_decides_before_each_update_and_each_set_compiles_once():
+    traces = []
+
+    def counted(params, batch, ctx):
+        traces.append(ctx.module_id)
+        return mse_loss(params, batch, ctx)
+
+    def should_module_be_updated(module_id, batch):  # RLlib's signature, on host values
+        return module_id == "main" or bool(batch[module_id]["y"].mean() > 0)
+
+    learner = jl.Learner(
+        {"main": spec(loss=counted), "other": spec(loss=counted)},
+        minibatch_size=16,
+        modules_to_train=should_module_be_updated,
+    )
+    positive = regression_batch(seed=2)
+    positive["y"] = np.abs(positive["y"])
+    both = {"main": regression_batch(), "other": positive}
+    frozen_other = {"main": regression_batch(), "other": {**positive, "y": -positive["y"]}}
+    state = learner.init(jax.random.key(0), both)
+    assert learner.modules_to_train == frozenset({"main", "other"})  # each may be chosen
+    traces.clear()
+    sets = []
+    for batch in (frozen_other, both, frozen_other, both, frozen_other):
+        new_state, metrics = learner.update(state, batch)
+        sets.append(set(metrics) - {"__all__"})
+        if "other" not in metrics:
+            assert tree_equal(new_state.modules["other"], state.modules["other"])
+        state = new_state
+    assert sets == [{"main"}, {"main", "other"}] * 2 + [{"main"}]
+    # Two sets, each traced once: {main}, then {main, other}; the alternation reuses both.
+    assert sorted(traces) == ["main", "main", "other"]
+
+
+def test_a_batch_predicate_sees_host_values_and_device_shapes_only():
+    seen = {}
+
+    def should_module_be_updated(module_id, batch):
+        seen[module_id] = batch[module_id]["x"]
+        return True
+
+    selection = ModuleSelection(freeze_rule(should_module_be_updated), ("main", "other"))
+    host = regression_batch(size=8)
+    chosen = selection.select({"main": host, "other": jax.tree.map(jnp.asarray, host)})
+    assert chosen == frozenset({"main", "other"}) and selection.per_batch
+    assert seen["main"] is host["x"]  # numpy: the values themselves
+    # On the device: shape and dtype only, so deciding never waits for the device.
+    assert seen["other"] == jax.ShapeDtypeStruct((8, 3), jnp.float32)
+    fixed = ModuleSelection(freeze_rule(lambda m: m == "main"), ("main", "other"))
+    assert fixed.select(None) == frozenset({"main"})  # a fixed set never looks at the batch
+
+
+@pytest.mark.parametrize(
+    ("rule", "error", "match"),
+    [
+        (lambda m, batch: 1 / 0, ValueError, r"raised ZeroDivisionError for module 'main'"),
+        (lambda m, batch: 1, TypeError, r"returned int 1 for module 'main'; expected True or"),
+        (lambda m, batch: jnp.asarray(True), TypeError, "would wait for the device"),
+        (lambda m, batch: False, ValueError, "the modules_to_train predicate .* chose none"),
+    ],
+)
+def test_a_bad_batch_predicate_is_named_before_compiling(rule, error, match):
+    traces = []
+
+    def counted(params, batch, ctx):
+        traces.append(ctx.module_id)
+        return mse_loss(params, batch, ctx)
+
+    learner = jl.Learner({"main": spec(loss=counted)}, minibatch_size=16, modules_to_train=rule)
+    state = learner.init(jax.random.key(0), regression_batch())
+    traces.clear()
+    with pytest.raises(error, match=match):
+        learner.update(state, regression_batch())
+    assert traces == []  # refused before anything was traced
+
+
+def test_a_bad_module_predicate_is_named_when_the_learner_is_built():
+    with pytest.raises(ValueError, match=r"predicate\(module_id\) raised KeyError for module"):
+        two_module_learner(modules_to_train=lambda m: {}[m])
+    with pytest.raises(TypeError, match=r"returned str 'yes' for module 'main'"):
+        two_module_learner(modules_to_train=lambda m: "yes")
+    with pytest.raises(TypeError, match=r"takes \(module_id\) or \(module_id, batch\)"):
+        two_module_learner(modules_to_train=lambda m, batch, extra: True)
+
+
+def test_adding_a_module_keeps_a_batch_predicates_form():
+    rule = with_module(lambda m, batch: m in batch, "snapshot", False, ("main",))
+    assert takes_batch(rule)
+    assert rule("main", {"main": {}}) and not rule("snapshot", {"snapshot": {}})

@@ -1,11 +1,21 @@
 """Non-gradient updates of a module's state: target networks and KL coefficients.
 
 An additional update is a pure function ``(module_state, metrics) ->
-module_state`` that runs inside the jitted update, either after every
-gradient step or once after each ``update`` call (RLlib's
-``after_gradient_based_update``). Wrapped in :class:`AdditionalUpdate` it
-also declares the ``extra`` entries and hyperparameters it needs, so a recipe
-only lists its updates and the learner initialises what they use.
+module_state``. Wrapped in :class:`AdditionalUpdate` it also declares when it
+runs, the ``extra`` entries and hyperparameters it needs, and the outside values
+it takes, so a recipe only lists its updates and the learner initialises what
+they use. It runs at one of four points (``after=``):
+
+* ``"grad_step"``: inside the jitted update, after every gradient step, on the
+  step's metrics;
+* ``"update"``: once per ``update`` call, after its gradient steps, on the
+  update's metrics (RLlib's ``after_gradient_based_update``);
+* ``"update_start"``: once per ``update`` call, before its first gradient step
+  (RLlib's ``before_gradient_based_update``), on ``{"env_steps": the env steps
+  the update accounts for}``; the losses see what it wrote;
+* ``"additional_update"``: only when :meth:`~jaxlearner.Learner.additional_update`
+  calls it, on the values given there (RLlib's ``additional_update(module_ids_to_update,
+  **kwargs)``, e.g. a KL sampled outside the learner).
 
 Built-ins: :func:`target_update`, the one target-network rule (a polyak
 step or a copy, maybe every ``period`` counts, of all the params or a
@@ -16,7 +26,7 @@ selection), with its two common forms :func:`polyak_update` and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, TypeAlias
 
 import jax
@@ -28,8 +38,8 @@ from jaxlearner.core.state import ModuleState, select_tree
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Metrics, Params, PyTree
 
-When: TypeAlias = Literal["update", "grad_step"]
-WHEN: tuple[str, ...] = ("update", "grad_step")
+When: TypeAlias = Literal["update", "grad_step", "update_start", "additional_update"]
+WHEN: tuple[str, ...] = ("update", "grad_step", "update_start", "additional_update")
 UpdateFn: TypeAlias = Callable[[ModuleState, Metrics], ModuleState]
 
 
@@ -40,23 +50,40 @@ class AdditionalUpdate:
     Attributes:
       fn: ``fn(module_state, metrics) -> module_state``, pure. ``metrics`` are
         the module's metrics: of the step just taken (``after="grad_step"``)
-        or reduced over the whole update (``after="update"``).
-      after: ``"update"`` (once per ``update`` call) or ``"grad_step"``.
+        or reduced over the whole update (``after="update"``); for
+        ``after="update_start"``, ``{"env_steps": int32}``, the env steps the update
+        accounts for; for ``after="additional_update"``, the values named in
+        ``takes``, as :meth:`~jaxlearner.Learner.additional_update` got them.
+      after: when it runs: ``"update"`` (once per ``update`` call, after its
+        gradient steps), ``"grad_step"``, ``"update_start"`` (once per ``update``
+        call, before its gradient steps) or ``"additional_update"`` (only when
+        :meth:`~jaxlearner.Learner.additional_update` asks).
       init_extra: ``params -> {name: pytree}``, entries added to the module's
         ``extra`` state at init (an entry the spec already sets is kept).
       hyperparams: coefficients this update reads from
         ``module_state.hyperparams``, with their defaults or schedules.
+      takes: the names of the outside values ``fn`` reads (``after="additional_update"``
+        only); :meth:`~jaxlearner.Learner.additional_update` must be given each.
+
+    Raises:
+      TypeError, ValueError: for a non-callable ``fn``, an unknown ``after``, or
+        ``takes`` that are not distinct non-empty strings or go with another ``after``.
 
     Example:
       >>> def decay_noise(module, metrics):
       ...     return module.replace(extra={**module.extra, "noise": module.extra["noise"] * 0.99})
       >>> update = jl.AdditionalUpdate(decay_noise, init_extra=lambda params: {"noise": 1.0})
+      >>> def set_beta(module, values):   # run by learner.additional_update(state, beta=...)
+      ...     return module.replace(extra={**module.extra, "beta": values["beta"]})
+      >>> outside = jl.AdditionalUpdate(set_beta, after="additional_update", takes=("beta",),
+      ...                               init_extra=lambda params: {"beta": 0.0})
     """
 
     fn: UpdateFn
     after: When = "update"
     init_extra: Callable[[Params], Mapping[str, PyTree]] | None = None
     hyperparams: Mapping[str, ScheduleLike] = dataclasses.field(default_factory=dict)
+    takes: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -64,6 +91,34 @@ class AdditionalUpdate:
         if self.after not in WHEN:
             raise ValueError(f"AdditionalUpdate.after must be one of {WHEN}; got {self.after!r}.")
         object.__setattr__(self, "hyperparams", dict(self.hyperparams))
+        object.__setattr__(self, "takes", _check_takes(self.takes, self.after))
+
+
+def _check_takes(takes: object, after: str) -> tuple[str, ...]:
+    if isinstance(takes, str) or not isinstance(takes, Sequence):
+        hint = f" (did you mean ({takes!r},)?)" if isinstance(takes, str) else ""
+        raise TypeError(
+            f"AdditionalUpdate.takes must be a sequence of value names; got {takes!r}{hint}."
+        )
+    names = tuple(takes)
+    keywords = all(isinstance(n, str) and n.isidentifier() for n in names)
+    if not keywords or len(set(names)) != len(names):
+        raise ValueError(
+            "AdditionalUpdate.takes must be distinct names usable as keywords of "
+            f"learner.additional_update; got {names!r}."
+        )
+    reserved = sorted(set(names) & {"self", "state", "module_ids"})
+    if reserved:
+        raise ValueError(
+            f"AdditionalUpdate.takes names {reserved}, which learner.additional_update takes "
+            "itself; choose other names."
+        )
+    if names and after != "additional_update":
+        raise ValueError(
+            f"AdditionalUpdate.takes names outside values {list(names)}, which only "
+            f"learner.additional_update passes; use after='additional_update' (got {after!r})."
+        )
+    return names
 
 
 def as_additional_update(value: object) -> AdditionalUpdate:
@@ -270,28 +325,41 @@ def periodic_copy(
 
 
 def adaptive_kl_coeff(
-    kl_coeff: float = 0.2, kl_target: ScheduleLike = 0.01, metric: str = "mean_kl"
+    kl_coeff: float = 0.2,
+    kl_target: ScheduleLike = 0.01,
+    metric: str = "mean_kl",
+    after: Literal["update", "additional_update"] = "update",
 ) -> AdditionalUpdate:
     """RLlib's adaptive KL coefficient for PPO's KL penalty.
 
-    After each update, with ``kl`` the update's mean KL (``metrics[metric]``):
-    ``kl > 2 * kl_target`` multiplies the coefficient by 1.5, and
-    ``kl < 0.5 * kl_target`` multiplies it by 0.5. The coefficient lives in
-    ``extra["kl_coeff"]``; the target is the hyperparameter ``"kl_target"``.
+    With ``kl`` the mean KL (``metrics[metric]``): ``kl > 2 * kl_target``
+    multiplies the coefficient by 1.5, and ``kl < 0.5 * kl_target`` multiplies
+    it by 0.5. The coefficient lives in ``extra["kl_coeff"]``; the target is the
+    hyperparameter ``"kl_target"``.
 
     Args:
       kl_coeff: initial coefficient.
       kl_target: the target KL, a constant or schedule.
-      metric: the loss metric holding the mean KL.
+      metric: the loss metric holding the mean KL; with
+        ``after="additional_update"``, the name of the value it takes.
+      after: ``"update"``: after each update, on the update's mean KL;
+        ``"additional_update"``: only on a KL given from outside (RLlib's
+        ``additional_update(sampled_kl_values=...)``), as
+        ``learner.additional_update(state, **{metric: kl})``.
 
     Returns:
-      An :class:`AdditionalUpdate` that runs once per ``update`` call.
+      An :class:`AdditionalUpdate`.
 
     Example:
       >>> update = jl.adaptive_kl_coeff(kl_coeff=0.2, kl_target=0.01)
+      >>> outside = jl.adaptive_kl_coeff(metric="sampled_kl", after="additional_update")
     """
     if not isinstance(kl_coeff, int | float) or kl_coeff < 0:
         raise ValueError(f"kl_coeff must be a non-negative number; got {kl_coeff!r}.")
+    if after not in ("update", "additional_update"):
+        raise ValueError(
+            f"adaptive_kl_coeff after must be 'update' or 'additional_update'; got {after!r}."
+        )
 
     def fn(module: ModuleState, metrics: Metrics) -> ModuleState:
         if metric not in metrics:
@@ -307,9 +375,10 @@ def adaptive_kl_coeff(
 
     return AdditionalUpdate(
         fn,
-        after="update",
+        after=after,
         init_extra=lambda params: {"kl_coeff": jnp.asarray(kl_coeff, jnp.float32)},
         hyperparams={"kl_target": kl_target},
+        takes=(metric,) if after == "additional_update" else (),
     )
 
 

@@ -1,4 +1,4 @@
-"""What a learner compiles: its update, RLlib's three gradient stages and its observe.
+"""What a learner compiles: its update, RLlib's three gradient stages, observe, additional update.
 
 :func:`learner_functions` builds, once per :class:`~jaxlearner.Learner`, the pure
 functions (:func:`~jaxlearner.make_update`,
@@ -6,16 +6,23 @@ functions (:func:`~jaxlearner.make_update`,
 with the placement's shardings: one ``jax.jit`` per public step, at the
 outermost function. With ``jit=False`` the same functions run eagerly instead,
 so losses see concrete arrays and can be printed or stepped through.
+
+The set of trained modules is static. When ``modules_to_train`` decides per batch
+(:mod:`jaxlearner.core.module_selection`), :meth:`LearnerFunctions.for_modules` builds
+the functions of each set the first time it is asked for it and keeps them, so each
+distinct set compiles once (per batch shape) however often it comes back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, final
 
 import jax
 
+from jaxlearner.core.additional_update_stage import make_learner_additional_update
 from jaxlearner.core.gradients import GradientStages, make_gradient_stages
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_spec import ModuleSpec
@@ -37,6 +44,11 @@ class LearnerFunctions:
       compiled_update: ``update`` jitted with the placement's shardings (or eager).
       compiled_stages: each stage jitted likewise (or eager).
       observe: ``observe(state, experiences) -> state``, compiled (or eager).
+      additional_update: ``run(state, module_ids, values) -> state``, checked, then
+        compiled (or eager); see :mod:`jaxlearner.core.additional_update_stage`.
+      trained: the modules these functions train.
+      build: ``build(trained) -> LearnerFunctions``, the functions of another set.
+      siblings: the functions of other trained sets, built by :meth:`for_modules`.
     """
 
     update: UpdateFn
@@ -44,6 +56,18 @@ class LearnerFunctions:
     compiled_update: UpdateFn
     compiled_stages: GradientStages
     observe: Callable[[LearnerState, Mapping[str, Experience]], LearnerState]
+    additional_update: Callable[[LearnerState, Any, Mapping[str, Any]], LearnerState]
+    trained: frozenset[str]
+    build: Callable[[frozenset[str]], LearnerFunctions]
+    siblings: dict[frozenset[str], LearnerFunctions] = dataclasses.field(default_factory=dict)
+
+    def for_modules(self, trained: frozenset[str]) -> LearnerFunctions:
+        """The functions that train ``trained``: these, or a sibling built once and kept."""
+        if trained == self.trained:
+            return self
+        if trained not in self.siblings:
+            self.siblings[trained] = self.build(trained)
+        return self.siblings[trained]
 
 
 def learner_functions(
@@ -75,7 +99,24 @@ def learner_functions(
         compiled_update, compiled_stages = _eager(update), stages.wrapped(_eager, False)
     observers = {m: spec.observers for m, spec in specs.items()}
     observe = make_learner_observe(observers, placement, config.jit)
-    return LearnerFunctions(update, stages, compiled_update, compiled_stages, observe)
+    additional_update = make_learner_additional_update(specs, placement, config.jit)
+    build = functools.partial(_build, specs, config, placement)
+    return LearnerFunctions(
+        update,
+        stages,
+        compiled_update,
+        compiled_stages,
+        observe,
+        additional_update,
+        frozenset(trained),
+        build,
+    )
+
+
+def _build(
+    specs: Mapping[str, ModuleSpec], config: LearnerConfig, placement: Placement, trained: Any
+) -> LearnerFunctions:
+    return learner_functions(specs, config, trained, placement)
 
 
 def _eager(fn: Callable[..., Any], donate_state: bool = False) -> Callable[..., Any]:

@@ -1,21 +1,19 @@
 """Learner: RLlib's multi-module learner as one frozen value with a pure, jitted update.
 
-A :class:`Learner` is an immutable value: the module specs, one
-:class:`~jaxlearner.LearnerConfig`, the batch layout and a
-:class:`~jaxlearner.Placement`. Nothing changes it after construction;
-``init``, ``update`` and checkpoint restores leave it equal to before.
-Structural changes (:meth:`Learner.add_module`, :meth:`Learner.remove_module`,
-:meth:`Learner.replace`, :meth:`Learner.on`) return a new learner, which
-compiles once for the new structure; the state moves over unchanged.
-RLlib's three stages of a step are methods too (:meth:`Learner.compute_gradients`,
-:meth:`Learner.postprocess_gradients`, :meth:`Learner.apply_gradients`), built from the
-pieces ``update`` scans (:mod:`jaxlearner.core.gradients`).
+A :class:`Learner` is an immutable value: the module specs, one :class:`~jaxlearner.LearnerConfig`,
+the batch layout and a :class:`~jaxlearner.Placement`; ``init``, ``update`` and checkpoint
+restores leave it equal to before. Structural changes (:meth:`Learner.add_module`,
+:meth:`Learner.remove_module`, :meth:`Learner.replace`, :meth:`Learner.on`) return a new
+learner, which compiles once for the new structure; the state moves over unchanged. RLlib's
+three stages of a step (:meth:`Learner.compute_gradients`, ``postprocess_gradients``,
+``apply_gradients``; :mod:`jaxlearner.core.gradients`) and its ``additional_update``
+(:mod:`jaxlearner.core.additional_update_stage`) are methods too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, final
 
 import jax
@@ -28,13 +26,13 @@ from jaxlearner.core.gradients import Gradients, GradientStages, StepMetrics
 from jaxlearner.core.initialization import init_added_module, initial_state
 from jaxlearner.core.learner_checks import LearnerInputs
 from jaxlearner.core.learner_config import LearnerConfig
+from jaxlearner.core.module_selection import ModuleSelection
 from jaxlearner.core.module_spec import ModuleSpec, check_specs
 from jaxlearner.core.placement import DevicesLike, Placement
 from jaxlearner.core.state import LearnerState
 from jaxlearner.core.update import UpdateFn
 from jaxlearner.types import Batch, Experience, Params, PyTree
 
-_CONFIG_FIELDS = LearnerConfig.field_names()
 _VALUE_FIELDS = ("modules", "batch_layout", "placement")
 
 
@@ -44,10 +42,7 @@ class Learner:
 
     Args:
       modules: module id -> :class:`~jaxlearner.ModuleSpec`.
-      config: a :class:`~jaxlearner.LearnerConfig`; or give its fields
-        (``minibatch_size``, ``num_epochs``, ``shuffle``, ``modules_to_train``,
-        ``skip_nonfinite``, ``jit``, ``loss``, ``additional_updates``,
-        ``donate_state``, ``recipe``) as keywords.
+      config: a :class:`~jaxlearner.LearnerConfig`; or give its fields as keywords.
       sample_batch: a batch with the shapes and dtypes later batches will have
         (``{module_id: batch}``, or a plain batch for one module); the learner
         keeps its layout and checks every batch against it in Python, before
@@ -105,9 +100,10 @@ class Learner:
         set_(self, "_config", config)
         set_(self, "_layout", batch_layout)
         set_(self, "_placement", placement)
-        set_(self, "_trained", config.trained(tuple(specs)))
+        selection = ModuleSelection(config.modules_to_train, tuple(specs))
+        set_(self, "_trained", selection.candidates)
         set_(self, "_functions", learner_functions(specs, config, self._trained, placement))
-        set_(self, "_checks", LearnerInputs(specs, batch_layout, self._trained, config, placement))
+        set_(self, "_checks", LearnerInputs(specs, batch_layout, selection, config, placement))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise dataclasses.FrozenInstanceError(
@@ -138,7 +134,7 @@ class Learner:
 
     @property
     def modules_to_train(self) -> frozenset[str]:
-        """Ids of the modules that get gradient steps."""
+        """Ids of the modules trained (with a ``(module_id, batch)`` predicate: it may pick)."""
         return self._trained
 
     @property
@@ -166,11 +162,12 @@ class Learner:
     def update_fn(self) -> UpdateFn:
         """The pure, un-jitted ``update(state, batch, env_steps) -> (state, metrics)``.
 
-        ``batch`` must be ``{module_id: batch}`` and ``env_steps``
-        ``{module_id: int32 scalar}``; no validation happens. On a mesh, each
-        epoch's minibatches are constrained to split over the ``"data"`` axis.
-        For composing into larger compiled programs (``jax.vmap`` over seeds,
-        a replay sample and an update, a rollout and update in one ``jit``).
+        ``batch`` must be ``{module_id: batch}`` and ``env_steps`` ``{module_id: int32
+        scalar}``; no validation happens. On a mesh, each epoch's minibatches are constrained
+        to split over the ``"data"`` axis. For composing into larger compiled programs
+        (``jax.vmap`` over seeds, a rollout and update in one ``jit``). It trains
+        :attr:`modules_to_train`; a ``(module_id, batch)`` predicate is asked by
+        :meth:`update` only (``jl.make_update(specs, config, trained)`` builds another set's).
         """
         return self._functions.update
 
@@ -205,16 +202,7 @@ class Learner:
         Example:
           >>> frozen = learner.replace(modules_to_train={"main"})  # doctest: +SKIP
         """
-        unknown = sorted(set(changes) - {*_CONFIG_FIELDS, *_VALUE_FIELDS, "config"})
-        if unknown:
-            raise TypeError(
-                f"Learner.replace got unknown option(s) {unknown}; valid: "
-                f"{[*_VALUE_FIELDS, 'config', *_CONFIG_FIELDS]}."
-            )
-        config = changes.pop("config", self._config)
-        config_changes = {k: changes.pop(k) for k in _CONFIG_FIELDS if k in changes}
-        if config_changes:
-            config = dataclasses.replace(config, **config_changes)
+        config, changes = self._config.changed(changes, _VALUE_FIELDS)
         modules = changes.get("modules", self._specs)
         layout = changes.get("batch_layout", self._layout)
         if layout is not None and "batch_layout" not in changes:
@@ -261,9 +249,9 @@ class Learner:
     ) -> tuple[LearnerState, dict[str, dict[str, jax.Array]]]:
         """One update: ``num_epochs`` x minibatches of gradient steps, then additional updates.
 
-        Pure: ``state`` is not modified (unless ``donate_state``). Compiled
-        once per batch shape; later calls with same-shaped batches reuse it.
-        Returns without waiting for the device; metrics stay device arrays.
+        Pure: ``state`` is not modified (unless ``donate_state``). Compiled once per batch
+        shape and set of trained modules (a ``(module_id, batch)`` ``modules_to_train`` is
+        asked here, on the host). Returns without waiting for the device; metrics stay there.
 
         Args:
           state: the current state (placed as the learner is: see :meth:`init`).
@@ -291,8 +279,9 @@ class Learner:
           >>> state, metrics = learner.update(state, batch)          # doctest: +SKIP
           >>> float(metrics["policy"]["total_loss"])                  # doctest: +SKIP
         """
-        batch, counted = self.validate(state, batch, env_steps)
-        return self._functions.compiled_update(state, self._placement.global_batch(batch), counted)
+        batch, counted, trained = self._checks.batch_to_train(state, batch, env_steps)
+        update = self._functions.for_modules(trained).compiled_update
+        return update(state, self._placement.global_batch(batch), counted)
 
     def compute_gradients(self, state: LearnerState, batch: Batch) -> tuple[Gradients, StepMetrics]:
         """RLlib's ``compute_gradients``: each trained module's gradient over the whole batch.
@@ -320,8 +309,9 @@ class Learner:
           >>> grads = learner.postprocess_gradients(state, grads)       # doctest: +SKIP
           >>> state = learner.apply_gradients(state, grads, metrics=metrics)  # doctest: +SKIP
         """
-        batch, _ = self._checks.batch(state, batch, minibatches=False)
-        return self._functions.compiled_stages.compute(state, self._placement.global_batch(batch))
+        batch, _, trained = self._checks.batch_to_train(state, batch, minibatches=False)
+        compute = self._functions.for_modules(trained).compiled_stages.compute
+        return compute(state, self._placement.global_batch(batch))
 
     def postprocess_gradients(self, state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
         """RLlib's ``postprocess_gradients``: the clipping each optimizer applies, on its own.
@@ -354,7 +344,8 @@ class Learner:
         and the update; runs the ``after="grad_step"`` and ``after="update"``
         additional updates and the learner's; advances the key. The three stages
         on a batch give the state :meth:`update` gives with ``num_epochs=1`` and
-        one unshuffled minibatch (given its ``metrics`` and ``env_steps``).
+        one unshuffled minibatch (given its ``metrics`` and ``env_steps``), but for
+        ``after="update_start"`` updates, which only :meth:`update` runs.
 
         Args:
           state: the state the gradients were computed at (not changed, unless
@@ -397,6 +388,22 @@ class Learner:
         """
         self.check_state(state)
         return self._functions.observe(state, experiences)
+
+    def additional_update(
+        self, state: LearnerState, *, module_ids: Collection[str] | None = None, **values: Any
+    ) -> LearnerState:
+        """RLlib's ``additional_update``: the ``after="additional_update"`` updates of
+        ``module_ids`` (default: all that have one), run on outside ``values`` (a sampled KL).
+
+        Pure and jittable; checked in Python first (:mod:`~jaxlearner.core.additional_update_stage`
+        lists the errors); compiled once per choice of modules and value names.
+
+        Example:
+          >>> state = learner.additional_update(state, module_ids=["policy"], sampled_kl=0.03)
+          ... # doctest: +SKIP
+        """
+        self.check_state(state)
+        return self._functions.additional_update(state, module_ids, values)
 
     def validate(
         self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None = None
@@ -457,20 +464,13 @@ class Learner:
           ...     train=False)  # doctest: +SKIP
         """
         self._checks.new_module(state, module_id, spec)
-        module, layout, state_key = init_added_module(
-            self._specs,
-            self._layout,
-            self._config.loss,
-            module_id,
-            spec,
-            sample_batch,
-            state.key,
-            key,
-            params,
+        specs, layout, loss = self._specs, self._layout, self._config.loss
+        module, added, state_key = init_added_module(
+            specs, layout, loss, module_id, spec, sample_batch, state.key, key, params
         )
         learner = self.replace(
-            modules={**self._specs, module_id: spec},
-            batch_layout=None if self._layout is None else {**self._layout, module_id: layout},
+            modules={**specs, module_id: spec},
+            batch_layout=None if layout is None else {**layout, module_id: added},
             config=self._config.adding(module_id, train, self.module_ids),
         )
         new_state = state.replace(modules={**state.modules, module_id: module}, key=state_key)

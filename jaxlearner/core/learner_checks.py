@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxlearner.core.batch import batch_sizes, env_steps_by_module, minibatch_plan, normalize_batch
 from jaxlearner.core.learner_config import LearnerConfig
+from jaxlearner.core.module_selection import ModuleSelection
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer, Optimizer
 from jaxlearner.core.placement import Placement
@@ -37,13 +38,14 @@ class LearnerInputs:
     Args:
       specs: the learner's module specs.
       layout: their batch layouts, or ``None``.
-      trained: the ids of the modules to train.
+      selection: which modules each batch trains (``modules_to_train`` resolved).
       config: the learner's configuration (minibatch size, joint loss).
       placement: where the learner runs (each batch must split over its devices).
 
     Example:
+      >>> selection = ModuleSelection(learner.config.modules_to_train, learner.module_ids)
       >>> inputs = LearnerInputs(learner.specs, learner.batch_layout,
-      ...                        learner.modules_to_train, learner.config, learner.placement)
+      ...                        selection, learner.config, learner.placement)
       ... # doctest: +SKIP
       >>> batch, env_steps = inputs.batch(state, batch)              # doctest: +SKIP
     """
@@ -52,13 +54,14 @@ class LearnerInputs:
         self,
         specs: Mapping[str, ModuleSpec],
         layout: Mapping[str, Any] | None,
-        trained: frozenset[str],
+        selection: ModuleSelection,
         config: LearnerConfig,
         placement: Placement,
     ) -> None:
         self._specs = dict(specs)
         self._layout = layout
-        self._trained = trained
+        self._selection = selection
+        self._trained = selection.candidates
         self._config = config
         self._placement = placement
         self._optimizers = {
@@ -113,23 +116,38 @@ class LearnerInputs:
         Raises:
           KeyError, ValueError, TypeError: as :meth:`~jaxlearner.Learner.update` lists.
         """
+        batch, env_steps, _ = self.batch_to_train(state, batch, env_steps, minibatches)
+        return batch, env_steps
+
+    def batch_to_train(
+        self,
+        state: Any,
+        batch: Batch,
+        env_steps: int | Mapping[str, int] | None = None,
+        minibatches: bool = True,
+    ) -> tuple[dict[str, Batch], dict[str, np.ndarray], frozenset[str]]:
+        """As :meth:`batch`, with the modules this batch trains (``modules_to_train`` asked
+        on the host when it is a batch predicate), which the other checks then use."""
         self.state(state)
         batch = normalize_batch(batch, tuple(self._specs))
+        trained = self._selection.select(batch)
         processes = 1 if self._placement.mesh is None else jax.process_count()
         sizes = {m: size * processes for m, size in batch_sizes(batch, self._layout).items()}
-        if not any(m in self._trained for m in batch):
-            raise ValueError(
-                f"None of the batch's modules {sorted(batch)} is trained; modules_to_train is "
-                f"{sorted(self._trained)}."
+        if not any(m in trained for m in batch):
+            why = (
+                "the modules_to_train predicate (module_id, batch) chose none of them"
+                if self._selection.per_batch
+                else f"modules_to_train is {sorted(self._trained)}"
             )
+            raise ValueError(f"None of the batch's modules {sorted(batch)} is trained; {why}.")
         minibatch_size = self._config.minibatch_size if minibatches else None
         if minibatches:
             joint = self._config.loss is not None
-            for m in batch if joint else [m for m in batch if m in self._trained]:
+            for m in batch if joint else [m for m in batch if m in trained]:
                 minibatch_plan(sizes[m], minibatch_size, m)
         for m, size in sizes.items():
             self._placement.check_split(m, size, minibatch_size)
-        return batch, env_steps_by_module(env_steps, sizes)
+        return batch, env_steps_by_module(env_steps, sizes), trained
 
     def gradients(self, state: Any, grads: Any) -> dict[str, PyTree]:
         """The state checked, and ``grads`` as ``{trained module: params-shaped tree}``.

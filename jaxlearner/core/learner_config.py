@@ -9,16 +9,19 @@ here: they live in the state.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
 
 from jaxlearner.core.context import JointLossFn
+from jaxlearner.core.module_selection import (
+    ModulesToTrain,
+    freeze_rule,
+    static_trained,
+    with_module,
+)
 from jaxlearner.core.state import LearnerState
-
-ModulesToTrain: TypeAlias = Collection[str] | Callable[[str], bool] | None
-"""``None`` (train all), a collection of module ids, or a predicate on ids."""
 
 LearnerUpdateFn: TypeAlias = Callable[[LearnerState, Mapping[str, Any]], LearnerState]
 """A learner-level non-gradient update ``fn(state, metrics) -> state``."""
@@ -38,8 +41,11 @@ class LearnerConfig:
       num_epochs: passes over the batch per update.
       shuffle: permute the rows each epoch with the state's key; ``False``
         keeps the batch order.
-      modules_to_train: ``None`` (all), a collection of module ids, or a
-        predicate ``module_id -> bool``. Modules not trained keep their
+      modules_to_train: ``None`` (all), a collection of module ids, a
+        predicate ``module_id -> bool`` (asked once), or RLlib's
+        ``should_module_be_updated(module_id, batch) -> bool``, asked on the host
+        before each update (see :mod:`jaxlearner.core.module_selection` for what it
+        sees; each set it picks compiles once). Modules not trained keep their
         params, optimizer states and counters bit-identical.
       skip_nonfinite: on a minibatch step whose loss or gradients hold a
         NaN/Inf, keep every trained module's state as it was and count the
@@ -95,7 +101,7 @@ class LearnerConfig:
             if not callable(update):
                 raise TypeError(f"Learner additional_updates must be callables; got {update!r}.")
         object.__setattr__(self, "additional_updates", updates)
-        object.__setattr__(self, "modules_to_train", _freeze_rule(self.modules_to_train))
+        object.__setattr__(self, "modules_to_train", freeze_rule(self.modules_to_train))
         if self.recipe is not None:
             object.__setattr__(self, "recipe", dict(self.recipe))
         if self.minibatch_size is not None:
@@ -129,24 +135,40 @@ class LearnerConfig:
             raise TypeError(f"config must be a jl.LearnerConfig; got {type(config).__name__}.")
         return config
 
-    def trained(self, module_ids: Sequence[str]) -> frozenset[str]:
-        """The ids among ``module_ids`` that get gradient steps.
+    def changed(
+        self, changes: Mapping[str, Any], others: Sequence[str]
+    ) -> tuple[LearnerConfig, dict[str, Any]]:
+        """``changes`` split: this config with its fields (or ``config=``) changed, and the rest.
+
+        Args:
+          changes: a ``replace``'s keywords: fields of this config, ``config``, or ``others``.
+          others: the names the caller takes itself (e.g. a learner's ``modules``).
 
         Raises:
-          ValueError: when ``modules_to_train`` names an unknown module.
+          TypeError: for a name that is none of those, listing the valid ones.
         """
-        rule = self.modules_to_train
-        if rule is None:
-            return frozenset(module_ids)
-        if isinstance(rule, frozenset):
-            unknown = sorted(rule - set(module_ids))
-            if unknown:
-                raise ValueError(
-                    f"modules_to_train names unknown module(s) {unknown}; modules: "
-                    f"{list(module_ids)}."
-                )
-            return rule
-        return frozenset(m for m in module_ids if rule(m))
+        fields = self.field_names()
+        unknown = sorted(set(changes) - {*fields, *others, "config"})
+        if unknown:
+            raise TypeError(
+                f"Learner.replace got unknown option(s) {unknown}; valid: "
+                f"{[*others, 'config', *fields]}."
+            )
+        config = changes.get("config", self)
+        own = {k: v for k, v in changes.items() if k in fields}
+        rest = {k: v for k, v in changes.items() if k in others}
+        return (dataclasses.replace(config, **own) if own else config), rest
+
+    def trained(self, module_ids: Sequence[str]) -> frozenset[str]:
+        """The ids among ``module_ids`` that get gradient steps (for a batch predicate, those
+        that may: every module).
+
+        Raises:
+          ValueError: when ``modules_to_train`` names an unknown module, or its
+            predicate raises.
+          TypeError: when its predicate returns something else than a bool.
+        """
+        return static_trained(self.modules_to_train, module_ids)
 
     def adding(
         self, module_id: str, train: bool | None, module_ids: Sequence[str]
@@ -156,16 +178,10 @@ class LearnerConfig:
         ``train=None`` follows the rule: a predicate is asked, a collection
         leaves the new module out, ``None`` trains it.
         """
-        rule = self.modules_to_train
-        if train is None:
+        rule = with_module(self.modules_to_train, module_id, train, module_ids)
+        if rule is self.modules_to_train:
             return self
-        if callable(rule) and not isinstance(rule, Collection):
-            return dataclasses.replace(
-                self, modules_to_train=lambda m: train if m == module_id else rule(m)
-            )
-        current = set(module_ids) if rule is None else set(rule)
-        trained = current | {module_id} if train else current - {module_id}
-        return dataclasses.replace(self, modules_to_train=trained)
+        return dataclasses.replace(self, modules_to_train=rule)
 
     def removing(self, module_id: str) -> LearnerConfig:
         """This config for a learner that loses ``module_id``."""
@@ -173,24 +189,6 @@ class LearnerConfig:
         if rule is None or callable(rule):
             return self
         return dataclasses.replace(self, modules_to_train=rule - {module_id})
-
-
-def _freeze_rule(rule: object) -> ModulesToTrain:
-    if rule is None:
-        return None
-    if isinstance(rule, str):
-        raise TypeError(
-            f"modules_to_train must be None, a collection of ids or a predicate; got the string "
-            f"{rule!r} (did you mean {{{rule!r}}}?)."
-        )
-    if isinstance(rule, Collection):
-        return frozenset(rule)
-    if callable(rule):
-        return rule
-    raise TypeError(
-        "modules_to_train must be None, a collection of module ids or a predicate "
-        f"module_id -> bool; got {type(rule).__name__} {rule!r}."
-    )
 
 
 def _check_positive_int(name: str, value: object, allow_none: bool = False) -> None:

@@ -9,7 +9,9 @@ epochs and minibatches.
 
 One update, for the modules present in the batch:
 
-1. split the state's key; one key per epoch;
+1. run the trained modules' ``after="update_start"`` additional updates
+   (:func:`~jaxlearner.core.additional_update_stage.run_update_start`); split
+   the state's key; one key per epoch;
 2. per epoch, permute each module's rows and cut them into minibatches
    (``[steps, minibatch_size, ...]`` blocks);
 3. per minibatch step, RLlib's three stages (:mod:`jaxlearner.core.gradients`):
@@ -41,6 +43,7 @@ from typing import Any, TypeAlias
 
 import jax
 
+from jaxlearner.core.additional_update_stage import run_update_start
 from jaxlearner.core.batch import epoch_blocks, minibatch_plan
 from jaxlearner.core.gradients import GradientStep, step_keys, update_keys
 from jaxlearner.core.initialization import module_key
@@ -95,6 +98,7 @@ def make_update(
         state: LearnerState, batch: Mapping[str, Batch], env_steps: Mapping[str, jax.Array]
     ) -> tuple[LearnerState, dict[str, dict[str, jax.Array]]]:
         trained, involved = gradient_step.roles(batch)
+        state = run_update_start(specs, state, trained, env_steps)
         plans = {
             m: minibatch_plan(jax.tree.leaves(batch[m])[0].shape[0], config.minibatch_size, m)
             for m in involved
