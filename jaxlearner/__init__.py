@@ -147,6 +147,7 @@ def __dir__() -> list[str]:
 
 
 __version__ = "0.2.0.dev0"
+"""The version of this jaxlearner release, as PEP 440 writes it."""
 
 __all__ = [
     "ALL_MODULES",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import re
 import shutil
 
 import flax.linen as nn
@@ -249,3 +251,26 @@ def refused(main, argv, capsys, *fragments):
     for fragment in fragments:
         assert fragment in err, err
     return err
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC_PAGES = (
+    ROOT / "README.md",
+    *sorted(page for page in (ROOT / "docs").rglob("*.md") if "_build" not in page.parts),
+)
+"""The README and the documentation's Markdown pages, whose python blocks the tests run."""
+MARKED_BLOCK = re.compile(
+    r"<!-- (?P<marker>[\w-]+):(?P<note>[^\n]*?)-->\s*```python\n(?P<code>.*?)```", re.S
+)
+
+
+def doc_block(marker):
+    """The python block after ``<!-- MARKER: ... -->`` in the README or a docs page."""
+    found = [
+        (page, match["code"])
+        for page in DOC_PAGES
+        for match in MARKED_BLOCK.finditer(page.read_text())
+        if match["marker"] == marker
+    ]
+    assert len(found) == 1, f"{len(found)} python blocks after the '{marker}' marker, not 1"
+    return found[0]

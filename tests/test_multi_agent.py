@@ -575,16 +575,14 @@ def test_a_shared_policy_learns_to_cover_the_landmarks():
     assert learned > baseline + 8.0
 
 
-def test_readme_block_runs(tmp_path):
-    import pathlib
-    import re
+def test_docs_block_runs(tmp_path):
+    from helpers import doc_block
 
-    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"<!-- multi-agent.*?-->\s*```python\n(.*?)```", readme, re.S).group(1)
+    page, block = doc_block("multi-agent")  # docs/guides/multi_agent.md
     block = block.replace("tempfile.mkdtemp()", f"tempfile.mkdtemp(dir={str(tmp_path)!r})")
     namespace = {}
-    exec(compile(block, "README multi-agent", "exec"), namespace)
-    exec(compile(block, "README multi-agent", "exec"), namespace)  # twice: a new folder each
+    exec(compile(block, f"{page.name} multi-agent", "exec"), namespace)
+    exec(compile(block, f"{page.name} multi-agent", "exec"), namespace)  # twice: a new folder
     assert len(list(tmp_path.iterdir())) == 2
     trainer = namespace["trainer"]
     assert "blue/total_loss" in namespace["stats"] and "red/total_loss" not in namespace["stats"]

@@ -37,6 +37,15 @@ def test_every_notebook_has_a_short_budget():
     )
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
+def test_notebook_holds_the_outputs_the_docs_render(name):
+    # docs/conf.py renders the saved outputs (docs/execute_notebooks.py writes them).
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    outputs = [output for cell in notebook.cells for output in cell.get("outputs", [])]
+    assert any("image/png" in output.get("data", {}) for output in outputs), name
+    assert not [output for output in outputs if output["output_type"] == "error"], name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
 def test_notebook_runs(name, tmp_path):

@@ -1,25 +1,46 @@
-"""The README's code runs as written: the quickstart, then the blocks that build on it."""
+"""The code of the README and of the docs pages runs as written: the quickstart, then the blocks
+that build on it. Each python block follows a marker naming the test that runs it."""
 
 import pathlib
-import re
 
 import jax
 import pytest
-from helpers import assert_trees_close
+from helpers import DOC_PAGES, MARKED_BLOCK, assert_trees_close, doc_block
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+# The markers this file runs, and the one tests/test_multi_agent.py runs.
+RUN_HERE = (
+    "quickstart",
+    "group",
+    "stages",
+    "checkpoints",
+    "many-seeds",
+    "offline",
+    "recurrent",
+    "normalization",
+)
+RUN_ELSEWHERE = ("multi-agent",)
+NOT_RUN = "not-run"  # a sketch with elided parts (docs/architecture.md), said so in its marker
 
 
 def _block(marker):
-    text = README.read_text()
-    match = re.search(rf"<!-- {marker}.*?-->\s*```python\n(.*?)```", text, re.S)
-    assert match, f"README has no python block after the '{marker}' marker"
-    return match.group(1)
+    return doc_block(marker)[1]
 
 
 def _run(marker, namespace):
-    exec(compile(_block(marker), f"README {marker}", "exec"), namespace)
+    page, code = doc_block(marker)
+    exec(compile(code, f"{page.name} {marker}", "exec"), namespace)
     return namespace
+
+
+def test_every_python_block_is_run_by_a_test():
+    markers = []
+    for page in DOC_PAGES:
+        text = page.read_text()
+        marked = [match["marker"] for match in MARKED_BLOCK.finditer(text)]
+        assert text.count("```python") == len(marked), f"{page.name}: a python block has no marker"
+        markers += marked
+    run = [marker for marker in markers if marker != NOT_RUN]
+    assert sorted(run) == sorted(RUN_HERE + RUN_ELSEWHERE)
 
 
 @pytest.fixture()
@@ -54,7 +75,7 @@ def test_stages_block_runs_and_its_data_parallel_step_is_the_single_device_step(
 
 
 def test_checkpoints_block_runs_and_runs_again(quickstart):
-    source = compile(_block("checkpoints"), "README checkpoints", "exec")
+    source = compile(_block("checkpoints"), "checkpoints", "exec")
     exec(source, quickstart)
     assert int(quickstart["state"].updates) == 11
     first = quickstart["run_dir"]
@@ -72,7 +93,7 @@ def test_many_seeds_block_runs(tmp_path, monkeypatch):
         .replace("[:, -1])  # [32]", "[:, -1])  # [2]")
     )
     namespace = {}
-    exec(compile(source, "README many-seeds", "exec"), namespace)
+    exec(compile(source, "many-seeds", "exec"), namespace)
     assert namespace["metrics"]["eval/return_mean"].shape == (2, 2)
     assert namespace["result"].metrics["eval/return_mean"].shape[:2] == (4, 1)
     assert (tmp_path / "cartpole_32_seeds.png").stat().st_size > 0

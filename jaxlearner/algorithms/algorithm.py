@@ -343,6 +343,6 @@ Both kinds have ``name``, ``module_id``, ``learner``, ``config``, ``explore``,
 """
 
 AnyAlgorithm: TypeAlias = OnPolicyAlgorithm | OffPolicyAlgorithm | OfflineAlgorithm
-"""Any algorithm kind, offline included: what the recipe registry builds. All three have
+"""Any algorithm kind, offline included, as the recipe registry builds them. All three have
 ``name``, ``module_id``, ``learner``, ``config``, ``explore``, ``exploit`` and
 ``with_learner``."""

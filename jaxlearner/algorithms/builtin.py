@@ -390,7 +390,8 @@ def register_builtin(
       TypeError: when ``recipe`` is not an algorithm recipe.
 
     Example:
-      >>> RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)
+      >>> RECIPE = BuiltinAlgorithm(
+      ...     "ppo", PPOConfig, make_learner, make_algorithm)             # doctest: +SKIP
       >>> build, ppo = register_builtin(
       ...     RECIPE, OnPolicyAlgorithm, doc=RECIPE.learner_doc())      # doctest: +SKIP
     """

@@ -3,49 +3,49 @@
 Schulman et al. 2017, https://arxiv.org/abs/1707.06347. Field names and
 defaults follow RLlib's ``PPOConfig`` (new API stack):
 
-==========================  ==============  =====================================================
-field                       default         meaning (RLlib's name where it differs)
-==========================  ==============  =====================================================
-``lr``                      5e-5            Adam learning rate; constant or piecewise schedule
-``adam_epsilon``            1e-8            Adam's epsilon (PyTorch's default, as RLlib's; SB3's
-                                            PPO uses 1e-5, which the RL Zoo presets set)
-``gamma``                   0.99            discount
-``lambda_``                 1.0             GAE lambda
-``clip_param``              0.3             surrogate clip ``epsilon`` (schedulable)
-``vf_clip_param``           10.0            the *squared* value error is clipped at this
-``vf_loss_coeff``           1.0             value loss weight
-``entropy_coeff``           0.0             entropy bonus (schedulable)
-``use_kl_loss``             True            add ``kl_coeff * KL(old || new)``
-``kl_coeff``                0.2             initial KL coefficient, adapted after each update
-``kl_target``               0.01            x1.5 above 2x target, x0.5 below 0.5x target
-``grad_clip``               None            clip threshold (``grad_clip_by``: global_norm)
-``train_batch_size``        4000            env steps per training iteration
-``minibatch_size``          128
-``num_epochs``              30
-``shuffle``                 True            ``shuffle_batch_per_epoch``
-``normalize_advantages``    True            standardize over the train batch (RLlib's GAE
-                                            connector does this always)
-``vf_share_layers``         False           one encoder for policy and value
-``hidden_sizes``            (256, 256)      ``fcnet_hiddens``
-``activation``              "tanh"          ``fcnet_activation``
-``head_hidden_sizes``       ()              ``head_fcnet_hiddens``: hidden layers of each head
-``head_activation``         "relu"          ``head_fcnet_activation``
-``log_std_init``            0.0             initial state-independent log-std (Box actions)
-``ortho_init``              True            orthogonal init (gain sqrt(2) hidden, 0.01 policy,
-                                            1 value); False: PyTorch's default, as SB3's
-                                            ``ortho_init=False`` (jaxlearner's; SB3's name)
-``use_lstm``                False           an LSTM (or GRU) after the MLP encoder
-``lstm_cell_size``          256             the cell's units
-``max_seq_len``             20              steps per training sequence
-``recurrent_cell``          "lstm"          ``"lstm"`` or ``"gru"`` (jaxlearner's; RLlib has LSTM)
-``norm_obs``                False           running observation mean/std (SB3 ``VecNormalize``,
-                                            RLlib ``MeanStdFilter``)
-``norm_reward``             False           rewards / std of the running discounted return
-``clip_obs``                10.0            normalized observations clipped to +-clip_obs
-``clip_reward``             10.0            scaled rewards clipped to +-clip_reward
-``num_envs_per_env_runner`` 1               environments the reward statistics keep a running
-                                            return for (must equal the Trainer's num_envs)
-==========================  ==============  =====================================================
+============================  ==============  =====================================================
+field                         default         meaning (RLlib's name where it differs)
+============================  ==============  =====================================================
+``lr``                        5e-5            Adam learning rate; constant or piecewise schedule
+``adam_epsilon``              1e-8            Adam's epsilon (PyTorch's default, as RLlib's; SB3's
+                                              PPO uses 1e-5, which the RL Zoo presets set)
+``gamma``                     0.99            discount
+``lambda_``                   1.0             GAE lambda
+``clip_param``                0.3             surrogate clip ``epsilon`` (schedulable)
+``vf_clip_param``             10.0            the *squared* value error is clipped at this
+``vf_loss_coeff``             1.0             value loss weight
+``entropy_coeff``             0.0             entropy bonus (schedulable)
+``use_kl_loss``               True            add ``kl_coeff * KL(old || new)``
+``kl_coeff``                  0.2             initial KL coefficient, adapted after each update
+``kl_target``                 0.01            x1.5 above 2x target, x0.5 below 0.5x target
+``grad_clip``                 None            clip threshold (``grad_clip_by``: global_norm)
+``train_batch_size``          4000            env steps per training iteration
+``minibatch_size``            128
+``num_epochs``                30
+``shuffle``                   True            ``shuffle_batch_per_epoch``
+``normalize_advantages``      True            standardize over the train batch (RLlib's GAE
+                                              connector does this always)
+``vf_share_layers``           False           one encoder for policy and value
+``hidden_sizes``              (256, 256)      ``fcnet_hiddens``
+``activation``                "tanh"          ``fcnet_activation``
+``head_hidden_sizes``         ()              ``head_fcnet_hiddens``: hidden layers of each head
+``head_activation``           "relu"          ``head_fcnet_activation``
+``log_std_init``              0.0             initial state-independent log-std (Box actions)
+``ortho_init``                True            orthogonal init (gain sqrt(2) hidden, 0.01 policy,
+                                              1 value); False: PyTorch's default, as SB3's
+                                              ``ortho_init=False`` (jaxlearner's; SB3's name)
+``use_lstm``                  False           an LSTM (or GRU) after the MLP encoder
+``lstm_cell_size``            256             the cell's units
+``max_seq_len``               20              steps per training sequence
+``recurrent_cell``            "lstm"          ``"lstm"`` or ``"gru"`` (jaxlearner's; RLlib has LSTM)
+``norm_obs``                  False           running observation mean/std (SB3 ``VecNormalize``,
+                                              RLlib ``MeanStdFilter``)
+``norm_reward``               False           rewards / std of the running discounted return
+``clip_obs``                  10.0            normalized observations clipped to +-clip_obs
+``clip_reward``               10.0            scaled rewards clipped to +-clip_reward
+``num_envs_per_env_runner``   1               environments the reward statistics keep a running
+                                              return for (must equal the Trainer's num_envs)
+============================  ==============  =====================================================
 
 With ``norm_obs`` or ``norm_reward`` the statistics are observers of the module
 (:mod:`~jaxlearner.algorithms.trajectories.normalization`): updated from each collected

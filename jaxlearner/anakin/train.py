@@ -120,14 +120,23 @@ class AnakinConfig:
 
 
 class InitFn(Protocol):
+    """``init(key, hyperparams=None) -> state``: a fresh :class:`AnakinState` for one agent,
+    with each ``{name: scalar}`` of ``hyperparams`` written into its learner state."""
+
     def __call__(self, key: jax.Array, hyperparams: Hyperparams | None = None) -> AnakinState: ...
 
 
 class RunFn(Protocol):
+    """``run(state) -> (state, metrics)``: every iteration from ``state``, one ``lax.scan``;
+    metrics ``{name: [num_iterations]}`` and ``{"eval/...": [num_evaluations]}``."""
+
     def __call__(self, state: AnakinState) -> tuple[AnakinState, Metrics]: ...
 
 
 class TrainFn(Protocol):
+    """``train(key, hyperparams=None) -> (state, metrics)``: ``init`` then ``run``, pure, so
+    ``jax.jit`` and ``jax.vmap`` over keys (seeds) and hyperparameters apply."""
+
     def __call__(
         self, key: jax.Array, hyperparams: Hyperparams | None = None
     ) -> tuple[AnakinState, Metrics]: ...

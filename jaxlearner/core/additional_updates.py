@@ -70,6 +70,7 @@ class AdditionalUpdate:
         ``takes`` that are not distinct non-empty strings or go with another ``after``.
 
     Example:
+      >>> import jaxlearner as jl
       >>> def decay_noise(module, metrics):
       ...     return module.replace(extra={**module.extra, "noise": module.extra["noise"] * 0.99})
       >>> update = jl.AdditionalUpdate(decay_noise, init_extra=lambda params: {"noise": 1.0})
@@ -191,6 +192,7 @@ def target_update(
         ``target`` or ``hyperparam``, or a scheduled ``tau`` without ``hyperparam``.
 
     Example:
+      >>> import jaxlearner as jl
       >>> # TD3's delayed targets: a polyak step every 2 gradient steps.
       >>> update = jl.target_update(0.005, period=2, counter="grad_steps")
       >>> # SAC's target critics: a polyak step of the critics after every step.
@@ -351,6 +353,7 @@ def adaptive_kl_coeff(
       An :class:`AdditionalUpdate`.
 
     Example:
+      >>> import jaxlearner as jl
       >>> update = jl.adaptive_kl_coeff(kl_coeff=0.2, kl_target=0.01)
       >>> outside = jl.adaptive_kl_coeff(metric="sampled_kl", after="additional_update")
     """

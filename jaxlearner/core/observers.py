@@ -88,7 +88,7 @@ class Observer:
         not callable.
 
     Example:
-      >>> import jax.numpy as jnp
+      >>> import jax.numpy as jnp, jaxlearner as jl
       >>> step_count = jl.Observer(
       ...     "observed_steps",
       ...     init=lambda params: jnp.zeros((), jnp.int32),

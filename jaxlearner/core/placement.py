@@ -133,12 +133,12 @@ class Placement:
 
     @property
     def state_sharding(self) -> NamedSharding | None:
-        """Every state leaf's sharding: replicated over the mesh; ``None`` without one."""
+        """Every state leaf's sharding (replicated over the mesh), or ``None`` without one."""
         return None if self.mesh is None else NamedSharding(self.mesh, P())
 
     @property
     def batch_sharding(self) -> NamedSharding | None:
-        """Every batch leaf's sharding: split along the leading axis; ``None`` without a mesh."""
+        """Every batch leaf's sharding (split along the leading axis); ``None`` without a mesh."""
         return None if self.mesh is None else NamedSharding(self.mesh, P(DATA_AXIS))
 
     def jit(self, update_fn: Any, donate_state: bool) -> Any:

@@ -196,7 +196,7 @@ class RunBook(Generic[CountersT]):
           metrics: metrics to rank the step by (default: the last iteration's stats).
 
         Returns:
-          The step saved: the iteration count.
+          The step saved (the iteration count).
         """
         step = self.counters.iteration
         if metrics is None:
@@ -394,7 +394,7 @@ trainer_algorithm = property(
 
 trainer_learner = property(
     lambda trainer: trainer._algorithm.learner,
-    doc="The learner being trained: the algorithm's.",
+    doc="The learner being trained, the algorithm's.",
 )
 """A trainer's ``learner``, its algorithm's."""
 

@@ -9,6 +9,7 @@ A condition whose metric has not been recorded yet does not stop the run.
 their older names, kept as aliases).
 
 Example:
+  >>> import jaxlearner as jl
   >>> stop = jl.AnyOf(jl.RewardBound(475.0), jl.MaxEnvSteps(200_000))
   >>> stop([{"env_steps": 1000, "eval/return_mean": 480.0}])
   True
@@ -209,6 +210,7 @@ class AllOf:
     """Stop when every condition says stop.
 
     Example:
+      >>> import jaxlearner as jl
       >>> stop = jl.AllOf(jl.RewardBound(200.0), jl.MaxEnvSteps(10_000))
     """
 

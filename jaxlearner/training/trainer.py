@@ -200,8 +200,8 @@ class Trainer:
 
     counters = run_book.book_attribute(
         "counters",
-        """The run's progress: iterations, env steps, episodes, seconds and the returns and
-        lengths of the last 100 episodes; checkpoints keep it.""",
+        """The run's progress (iterations, env steps, episodes, seconds, and the returns and
+        lengths of the last 100 episodes); checkpoints keep it.""",
     )
 
     history = run_book.book_attribute(
@@ -239,7 +239,7 @@ class Trainer:
             flight end uncounted; nothing recompiles, and the spaces must stay the same.
 
         Returns:
-          A flat dict: ``iteration``, ``env_steps`` (lifetime), ``episodes``,
+          A flat dict of ``iteration``, ``env_steps`` (lifetime), ``episodes``,
           ``episode_return_mean`` / ``_min`` / ``_max`` and
           ``episode_len_mean`` over the last 100 episodes, ``num_episodes``
           (this iteration), ``env_steps_per_s``, ``time_this_iter_s``,
@@ -392,7 +392,7 @@ class Trainer:
           metrics: metrics to rank the step by (default: the last iteration's stats).
 
         Returns:
-          The step saved: the iteration count.
+          The step saved (the iteration count).
 
         Example:
           >>> ckpt = jl.CheckpointManager("runs/ppo")                   # doctest: +SKIP

@@ -151,6 +151,7 @@ def make_distribution(spec: DistributionSpec, inputs: ArrayLike) -> Distribution
       ValueError: when the last axis of ``inputs`` is not ``spec.num_inputs``.
 
     Example:
+      >>> import jax, jax.numpy as jnp
       >>> spec = DistributionSpec("diag_gaussian", (3,))
       >>> dist = make_distribution(spec, jnp.zeros((8, 6)))
       >>> dist.sample(jax.random.key(0)).shape

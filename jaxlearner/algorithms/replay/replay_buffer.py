@@ -95,7 +95,7 @@ def add(buffer: ReplayBuffer, transitions: PyTree) -> ReplayBuffer:
         ``[N, *leaf_shape]`` with the stored dtype.
 
     Returns:
-      The new buffer: position advanced by ``N`` modulo the capacity, size
+      The new buffer, its position advanced by ``N`` modulo the capacity, its size
       ``min(size + N, capacity)``.
 
     Raises:

@@ -235,7 +235,7 @@ class MultiAgentTrainer:
         """One iteration: collect experience with every policy, update the trained ones, log.
 
         Returns:
-          A flat dict: ``iteration``, ``env_steps``, ``agent_steps``,
+          A flat dict of ``iteration``, ``env_steps``, ``agent_steps``,
           ``episodes``, ``num_episodes`` (this iteration), ``env_steps_per_s``,
           ``time_this_iter_s``, ``time_total_s``; over the last 100 episodes
           ``episode_return_mean`` / ``_min`` / ``_max`` (an episode's return
@@ -327,7 +327,7 @@ class MultiAgentTrainer:
         """Saves the learner state (every policy's module), counters, history, key and envs.
 
         Returns:
-          The step saved: the iteration count.
+          The step saved (the iteration count).
 
         Example:
           >>> trainer.save(jl.CheckpointManager("runs/spread"))          # doctest: +SKIP

@@ -186,8 +186,8 @@ class OfflineTrainer:
 
     counters = run_book.book_attribute(
         "counters",
-        """The run's progress: iterations, seconds and the dataset rows trained on, counted as
-        ``env_steps``; no episodes are played, so the episode counters stay empty.""",
+        """The run's progress (iterations, seconds and the dataset rows trained on, counted as
+        ``env_steps``); no episodes are played, so the episode counters stay empty.""",
     )
 
     history = run_book.book_attribute(
@@ -203,7 +203,7 @@ class OfflineTrainer:
         """One iteration: :attr:`rows_per_iteration` rows in gradient updates of one batch each.
 
         Returns:
-          A flat dict: ``iteration``, ``env_steps`` (rows trained on, lifetime),
+          A flat dict of ``iteration``, ``env_steps`` (rows trained on, lifetime),
           ``env_steps_per_s`` (rows per second), ``time_this_iter_s``, ``time_total_s`` and the
           learner's metrics of the last update, flattened.
         """
