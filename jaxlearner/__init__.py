@@ -45,6 +45,7 @@ from jaxlearner.core.registry import (
 from jaxlearner.core.schedules import Schedule, piecewise_schedule
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.core.update import make_update
+from jaxlearner.core.update_queue import UpdateQueue
 from jaxlearner.errors import NonFiniteError
 from jaxlearner.training.stop_conditions import (
     All,
@@ -185,6 +186,7 @@ __all__ = [
     "StopsIncreasing",
     "Trainer",
     "UpdateConfig",
+    "UpdateQueue",
     "WandbWriter",
     "__version__",
     "adaptive_kl_coeff",
