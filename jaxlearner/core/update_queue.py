@@ -103,7 +103,9 @@ class UpdateQueue:
         self._learner = learner
         self._state = state
         self.max_queue_len = _check_count("max_queue_len", max_queue_len, DEFAULT_MAX_QUEUE_LEN)
-        self.max_requests_in_flight = _check_count("max_requests_in_flight", max_requests_in_flight)
+        self.max_requests_in_flight = _check_count(
+            "max_requests_in_flight", max_requests_in_flight, DEFAULT_MAX_REQUESTS_IN_FLIGHT
+        )
         self._waiting: collections.deque[tuple[Batch, dict[str, Any]]] = collections.deque()
         self._in_flight: collections.deque[Any] = collections.deque()
         self.num_dropped = 0
