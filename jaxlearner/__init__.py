@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         CheckpointOptions,
         restore,
     )
+    from jaxlearner.training.custom_algorithm import custom_algorithm
     from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
     from jaxlearner.training.offline.datasets import (
         Dataset,
@@ -95,6 +96,7 @@ _LAZY = {
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
+    "custom_algorithm": "jaxlearner.training.custom_algorithm",
     "MultiAgentTrainer": "jaxlearner.training.multi_agent.trainer",  # needs the pettingzoo extra
     "OfflineTrainer": "jaxlearner.training.offline.trainer",
     "Dataset": "jaxlearner.training.offline.datasets",
@@ -192,6 +194,7 @@ __all__ = [
     "adaptive_kl_coeff",
     "algorithms",
     "anakin",
+    "custom_algorithm",
     "distributed",
     "envs",
     "learner_from_recipe",
