@@ -45,6 +45,7 @@ from jaxlearner.core.registry import (
 from jaxlearner.core.schedules import Schedule, piecewise_schedule
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.core.update import make_update
+from jaxlearner.core.update_queue import UpdateQueue
 from jaxlearner.errors import NonFiniteError
 from jaxlearner.training.stop_conditions import (
     All,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
         CheckpointOptions,
         restore,
     )
+    from jaxlearner.training.custom_algorithm import custom_algorithm
     from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
     from jaxlearner.training.offline.datasets import (
         Dataset,
@@ -94,6 +96,7 @@ _LAZY = {
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
+    "custom_algorithm": "jaxlearner.training.custom_algorithm",
     "MultiAgentTrainer": "jaxlearner.training.multi_agent.trainer",  # needs the pettingzoo extra
     "OfflineTrainer": "jaxlearner.training.offline.trainer",
     "Dataset": "jaxlearner.training.offline.datasets",
@@ -186,11 +189,13 @@ __all__ = [
     "StopsIncreasing",
     "Trainer",
     "UpdateConfig",
+    "UpdateQueue",
     "WandbWriter",
     "__version__",
     "adaptive_kl_coeff",
     "algorithms",
     "anakin",
+    "custom_algorithm",
     "distributed",
     "envs",
     "learner_from_recipe",

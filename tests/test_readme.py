@@ -17,6 +17,7 @@ RUN_HERE = (
     "offline",
     "recurrent",
     "normalization",
+    "custom-trainer",
 )
 RUN_ELSEWHERE = ("multi-agent",)
 NOT_RUN = "not-run"  # a sketch with elided parts (docs/architecture.md), said so in its marker
@@ -125,3 +126,9 @@ def test_normalization_block_runs():
     moments = namespace["moments"]
     assert float(moments.count) == 256.0 and moments.mean.shape == (3,)
     namespace["trainer"].close()
+
+
+def test_custom_trainer_block_trains_the_quickstart_learner(quickstart):
+    namespace = _run("custom-trainer", quickstart)
+    assert [stats["iteration"] for stats in namespace["history"]] == [1, 2, 3]
+    assert int(namespace["trainer"].state.updates) == 3
