@@ -47,7 +47,7 @@ class Learner:
       config: a :class:`~jaxlearner.LearnerConfig`; or give its fields
         (``minibatch_size``, ``num_epochs``, ``shuffle``, ``modules_to_train``,
         ``skip_nonfinite``, ``jit``, ``loss``, ``additional_updates``,
-        ``donate_state``, ``recipe``) as keywords.
+        ``donate_state``, ``drop_last``, ``reduce_fn``, ``recipe``) as keywords.
       sample_batch: a batch with the shapes and dtypes later batches will have
         (``{module_id: batch}``, or a plain batch for one module); the learner
         keeps its layout and checks every batch against it in Python, before
@@ -277,7 +277,7 @@ class Learner:
 
         Returns:
           ``(new_state, metrics)``; metrics are ``{module_id: {...},
-          "__all__": {...}}``, scalar device arrays.
+          "__all__": {...}}``, device arrays (scalars unless ``reduce_fn`` says otherwise).
 
         Raises:
           KeyError: unknown module id or batch key.

@@ -11,7 +11,9 @@ One update, for the modules present in the batch:
 
 1. split the state's key; one key per epoch;
 2. per epoch, permute each module's rows and cut them into minibatches
-   (``[steps, minibatch_size, ...]`` blocks);
+   (``[steps, minibatch_size, ...]`` blocks, :func:`~jaxlearner.core.batch.epoch_blocks`):
+   ``ceil(B / minibatch_size)`` of them, the last completed with the epoch's
+   first rows, or ``B // minibatch_size`` with ``drop_last``;
 3. per minibatch step, RLlib's three stages (:mod:`jaxlearner.core.gradients`):
    compute (scheduled hyperparameters refreshed from the counters, each
    trained module's loss and gradients, or one joint loss), postprocess (each
@@ -19,7 +21,8 @@ One update, for the modules present in the batch:
    ``after="grad_step"`` additional updates); with ``skip_nonfinite`` a step
    whose loss or gradients are not finite leaves the state as it was;
 4. reduce the metrics over all steps, advance the counters, run
-   ``after="update"`` additional updates and learner-level updates.
+   ``after="update"`` additional updates and learner-level updates; the
+   metrics returned are reduced as the config's ``reduce_fn`` says.
 
 :func:`~jaxlearner.core.gradients.make_gradient_stages` gives the same three
 stages on their own, over a whole batch.
@@ -81,7 +84,13 @@ def make_update(
       ``update(state, batch, env_steps) -> (state, metrics)`` where ``batch``
       is ``{module_id: [B_m, ...] arrays}`` and ``env_steps`` is
       ``{module_id: int32 scalar}``, the env steps each module's batch counts
-      for. ``metrics`` is ``{module_id: {...}, "__all__": {...}}``.
+      for. ``metrics`` is ``{module_id: {...}, "__all__": {...}}``, reduced
+      over the steps as ``config.reduce_fn`` says; as RLlib's results, each
+      trained module's and ``"__all__"`` (their sums) hold this update's
+      ``num_env_steps_trained`` (the env steps counted) and
+      ``num_agent_steps_trained`` (the batch's rows; sequences, for a batch of
+      sequences) beside the lifetime ``num_env_steps_trained_lifetime``, and
+      ``num_grad_steps``.
 
     Example:
       >>> update = jax.jit(make_update(learner.specs, learner.config))   # doctest: +SKIP
@@ -95,9 +104,9 @@ def make_update(
         state: LearnerState, batch: Mapping[str, Batch], env_steps: Mapping[str, jax.Array]
     ) -> tuple[LearnerState, dict[str, dict[str, jax.Array]]]:
         trained, involved = gradient_step.roles(batch)
+        rows = {m: jax.tree.leaves(batch[m])[0].shape[0] for m in involved}
         plans = {
-            m: minibatch_plan(jax.tree.leaves(batch[m])[0].shape[0], config.minibatch_size, m)
-            for m in involved
+            m: minibatch_plan(rows[m], config.minibatch_size, m, config.drop_last) for m in involved
         }
         num_steps = max(count for _, count in plans.values())
 
@@ -123,6 +132,6 @@ def make_update(
 
         _, epoch_keys = update_keys(state.key, config.num_epochs)
         state, stacked = jax.lax.scan(run_epoch, state, epoch_keys)
-        return gradient_step.finish(state, flatten_steps(stacked), trained, env_steps)
+        return gradient_step.finish(state, flatten_steps(stacked), trained, env_steps, rows)
 
     return update
