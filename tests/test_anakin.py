@@ -347,9 +347,13 @@ def test_dqn_fills_the_replay_buffer_then_updates_every_iteration(prioritized):
     np.testing.assert_array_equal(metrics["env_steps"], [112, 128, 144])
     assert int(state.buffer.size) == 144
     # One update per env step: 16 updates of one gradient step each per iteration; each
-    # iteration's env steps are counted once (warm-up steps are not trained on).
+    # iteration's env steps are counted once (warm-up steps are not trained on), its agent
+    # steps are the rows of its 16 sampled batches of 16.
     np.testing.assert_array_equal(metrics["__all__/num_grad_steps"], [16, 32, 48])
-    np.testing.assert_array_equal(metrics["default_policy/num_env_steps_trained"], [16, 32, 48])
+    lifetime = metrics["default_policy/num_env_steps_trained_lifetime"]
+    np.testing.assert_array_equal(lifetime, [16, 32, 48])
+    np.testing.assert_array_equal(metrics["default_policy/num_env_steps_trained"], [16, 16, 16])
+    np.testing.assert_array_equal(metrics["default_policy/num_agent_steps_trained"], [256] * 3)
     assert np.all(np.isfinite(metrics["default_policy/total_loss"]))
     assert metrics["eval/return_mean"].shape == (1,)
     # With prioritized replay the buffer carried between iterations holds the TD errors

@@ -1,11 +1,12 @@
 """Batch layout, validation messages, and minibatch blocks."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import maybe_jit, mse_loss, regression_batch
+from helpers import maybe_jit, mse_loss, regression_batch, tree_equal
 
 import jaxlearner as jl
 from jaxlearner.core.batch import epoch_blocks, minibatch_plan
@@ -36,8 +37,49 @@ def test_epoch_blocks_cycle_when_the_learner_takes_more_steps(jit):
     np.testing.assert_array_equal(blocks["i"], [[0, 1], [2, 3], [0, 1], [2, 3], [0, 1]])
 
 
+def test_epoch_blocks_wrap_around_so_every_row_is_used(jit):
+    batch = {"i": jnp.arange(10)}
+    in_order = maybe_jit(lambda b, k: epoch_blocks(b, k, 4, 3, 3, False), jit)
+    shuffled = maybe_jit(lambda b, k: epoch_blocks(b, k, 4, 3, 3, True), jit)
+    # ceil(10 / 4) = 3 minibatches: rows 8 and 9, then the epoch's first two rows again.
+    np.testing.assert_array_equal(
+        in_order(batch, jax.random.key(0))["i"], [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+    )
+    shuffled = np.asarray(shuffled(batch, jax.random.key(1))["i"]).ravel()
+    assert set(shuffled.tolist()) == set(range(10))
+    np.testing.assert_array_equal(shuffled[10:], shuffled[:2])
+
+
 def test_minibatch_plan():
-    assert minibatch_plan(100, 32, "m") == (32, 3)
+    # 100 rows in minibatches of 32: 4 (the last wraps around), 3 with drop_last.
+    assert minibatch_plan(100, 32, "m") == (32, 4)
+    assert minibatch_plan(100, 32, "m", drop_last=True) == (32, 3)
+    assert minibatch_plan(96, 32, "m") == minibatch_plan(96, 32, "m", drop_last=True) == (32, 3)
+    assert minibatch_plan(100, None, "m") == (100, 1)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_every_row_is_trained_on_unless_drop_last(drop_last):
+    # The loss's gradient is nonzero only for the last two of 10 rows; no shuffling.
+    def loss(params, batch, ctx):
+        error = ctx.apply(params, batch["x"])[:, 0] - batch["y"]
+        return jnp.mean(batch["w"] * error**2), {}
+
+    batch = {**regression_batch(size=10), "w": np.repeat(np.float32([0, 1]), [8, 2])}
+    spec = jl.ModuleSpec(nn.Dense(1), loss, optax.sgd(0.1))
+    learner = jl.Learner({"m": spec}, minibatch_size=4, shuffle=False, drop_last=drop_last)
+    state = learner.init(jax.random.key(0), batch)
+    new_state, _ = learner.update(state, batch)
+    # Rows 8 and 9 are the third minibatch's first rows, or are left out with drop_last.
+    assert int(new_state.grad_steps) == (2 if drop_last else 3)
+    before, after = state.modules["m"].params, new_state.modules["m"].params
+    assert tree_equal(before, after) == drop_last
+
+
+def test_drop_last_is_checked_when_the_learner_is_built():
+    spec = jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(0.1))
+    with pytest.raises(TypeError, match="Learner drop_last must be a bool; got 'yes'"):
+        jl.Learner({"m": spec}, minibatch_size=4, drop_last="yes")
     assert minibatch_plan(100, None, "m") == (100, 1)
     with pytest.raises(ValueError, match="the batch has 10 rows, fewer than minibatch_size=32"):
         minibatch_plan(10, 32, "m")

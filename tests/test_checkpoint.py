@@ -625,6 +625,7 @@ def test_restore_brings_back_the_learner_settings_not_in_the_recipe(tmp_path):
         "minibatch_size": 16,
         "num_epochs": 2,
         "shuffle": False,
+        "drop_last": True,
         "skip_nonfinite": True,
     }
     learner = built.replace(**settings)
@@ -634,7 +635,7 @@ def test_restore_brings_back_the_learner_settings_not_in_the_recipe(tmp_path):
         ckpt.save(1, state, learner)
     rebuilt, restored = restore(tmp_path)
     assert rebuilt.modules_to_train == frozenset({"policy"})
-    for name in ("minibatch_size", "num_epochs", "shuffle", "skip_nonfinite"):
+    for name in ("minibatch_size", "num_epochs", "shuffle", "drop_last", "skip_nonfinite"):
         assert getattr(rebuilt.config, name) == settings[name], name
     expected, _ = learner.update(state, batch)
     resumed, _ = rebuilt.update(restored, batch)

@@ -474,4 +474,6 @@ def test_dqn_learns_cartpole(prioritized):
     assert history[-1]["eval/return_mean"] >= 450.0
     assert final["return_mean"] >= 400.0
     # Every sampled env step reached the learner's counters (epsilon, target updates).
-    assert history[-1]["default_policy/num_env_steps_trained"] == trainer.counters.env_steps
+    assert (
+        history[-1]["default_policy/num_env_steps_trained_lifetime"] == trainer.counters.env_steps
+    )

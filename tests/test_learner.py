@@ -410,7 +410,7 @@ def test_remainder_rows_are_left_out_of_each_epoch():
         return mse, {"rows": jnp.asarray(batch["x"].shape[0], jnp.float32)}
 
     spec = jl.ModuleSpec(nn.Dense(1), loss, optax.sgd(0.01), metric_reductions={"rows": "sum"})
-    learner = jl.Learner({"m": spec}, minibatch_size=32, num_epochs=2)
+    learner = jl.Learner({"m": spec}, minibatch_size=32, num_epochs=2, drop_last=True)
     batch = regression_batch(size=100)
     state = learner.init(jax.random.key(0), batch)
     new_state, metrics = learner.update(state, batch)
@@ -439,7 +439,8 @@ def test_env_steps_argument_drives_the_counter():
     state = learner.init(jax.random.key(0), batch)
     state, _ = learner.update(state, batch, env_steps=1000)
     state, metrics = learner.update(state, batch, env_steps={"m": 5})
-    assert int(metrics["m"]["num_env_steps_trained"]) == 1005
+    assert int(metrics["m"]["num_env_steps_trained_lifetime"]) == 1005
+    assert int(metrics["m"]["num_env_steps_trained"]) == 5
     with pytest.raises(ValueError, match="env_steps for 'm' must be a non-negative int"):
         learner.update(state, batch, env_steps=-1)
 

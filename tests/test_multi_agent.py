@@ -407,6 +407,7 @@ def test_a_shared_policy_trains_on_every_agents_rows():
     assert stats["shared/num_grad_steps"] == 8
     assert stats["shared/num_env_steps_trained"] == 128
     assert stats["shared/num_env_steps_trained"] == 2 * stats["env_steps"]
+    assert stats["shared/num_agent_steps_trained"] == 128
     assert stats["num_episodes"] == 2  # one 25-step episode per copy
     assert stats["module_episode_return_mean/shared"] == np.mean(
         [stats[f"agent_episode_return_mean/{agent}"] for agent in AGENTS]

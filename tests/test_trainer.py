@@ -38,7 +38,8 @@ def test_step_returns_flat_stats_with_lifetime_counters():
     ):
         assert key in second, key
     assert all(isinstance(v, float) for v in second.values())
-    assert second["default_policy/num_env_steps_trained"] == 512
+    assert second["default_policy/num_env_steps_trained_lifetime"] == 512
+    assert second["default_policy/num_env_steps_trained"] == 256
     assert trainer.history == [first, second]
 
 

@@ -84,6 +84,7 @@ def build_metadata(
             "minibatch_size": config.minibatch_size,
             "num_epochs": config.num_epochs,
             "shuffle": config.shuffle,
+            "drop_last": config.drop_last,
             "skip_nonfinite": config.skip_nonfinite,
             "modules_to_train": sorted(learner.modules_to_train),
             "joint_loss": _name(config.loss) if config.loss is not None else None,

@@ -31,7 +31,7 @@ def restore(
 
     The learner's settings saved with the step are applied over the builder's
     (:data:`SAVED_SETTINGS`: ``modules_to_train``, ``minibatch_size``, ``num_epochs``,
-    ``shuffle``, ``skip_nonfinite``), so ``learner.replace(modules_to_train=...)``
+    ``shuffle``, ``drop_last``, ``skip_nonfinite``), so ``learner.replace(modules_to_train=...)``
     before saving comes back as it was; a step saved without them keeps the
     builder's. What no step records comes from the builder or this process: the
     functions (a joint ``loss``, ``additional_updates``) as the recipe builds them,
@@ -77,7 +77,14 @@ def restore(
         manager.close()
 
 
-SAVED_SETTINGS = ("modules_to_train", "minibatch_size", "num_epochs", "shuffle", "skip_nonfinite")
+SAVED_SETTINGS = (
+    "modules_to_train",
+    "minibatch_size",
+    "num_epochs",
+    "shuffle",
+    "drop_last",
+    "skip_nonfinite",
+)
 """The learner settings a step records (its metadata's ``"learner"``) and ``restore`` applies."""
 
 

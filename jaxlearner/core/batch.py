@@ -202,15 +202,25 @@ def _paths(tree: PyTree) -> list[tuple[str, Any]]:
     ]
 
 
-def minibatch_plan(size: int, minibatch_size: int | None, module_id: str) -> tuple[int, int]:
+def minibatch_plan(
+    size: int, minibatch_size: int | None, module_id: str, drop_last: bool = False
+) -> tuple[int, int]:
     """``(minibatch_size, num_minibatches)`` for a module's batch of ``size`` rows.
 
-    ``minibatch_size=None`` means the whole batch is one minibatch. Rows past
-    ``num_minibatches * minibatch_size`` are left out of that epoch (with
-    shuffling, different rows each epoch).
+    ``minibatch_size=None`` means the whole batch is one minibatch. Otherwise
+    an epoch takes ``ceil(size / minibatch_size)`` minibatches, the last one
+    completed with rows from the start of the epoch's order, so every row is
+    trained on in every epoch (RLlib's cyclic minibatch iterator wraps around
+    too); with ``drop_last`` it takes ``size // minibatch_size`` and the rows
+    past them are left out of that epoch (with shuffling, different rows each
+    epoch).
 
     Raises:
       ValueError: when the batch is smaller than one minibatch.
+
+    Example:
+      >>> minibatch_plan(100, 32, "policy"), minibatch_plan(100, 32, "policy", drop_last=True)
+      ((32, 4), (32, 3))
     """
     if minibatch_size is None:
         return size, 1
@@ -219,7 +229,7 @@ def minibatch_plan(size: int, minibatch_size: int | None, module_id: str) -> tup
             f"Module {module_id!r}: the batch has {size} rows, fewer than minibatch_size="
             f"{minibatch_size}; pass at least {minibatch_size} rows or a smaller minibatch_size."
         )
-    return minibatch_size, size // minibatch_size
+    return minibatch_size, size // minibatch_size if drop_last else -(-size // minibatch_size)
 
 
 def epoch_blocks(
@@ -232,26 +242,39 @@ def epoch_blocks(
 ) -> Batch:
     """One epoch of a module's batch as ``[num_steps, minibatch_size, ...]`` blocks.
 
-    Rows are permuted with ``key`` (or kept in order without ``shuffle``),
-    cut into ``num_minibatches`` minibatches, and the minibatches are cycled
-    when the learner takes more steps than this module has minibatches (a
-    multi-module batch whose modules have different sizes, as RLlib's cyclic
-    minibatch iterator does).
+    The one place minibatches are cut. Rows are permuted with ``key`` (or kept
+    in order without ``shuffle``) and cut into ``num_minibatches``
+    minibatches: when those hold more rows than the batch, the order wraps
+    around (the last minibatch ends with the epoch's first rows); when fewer,
+    the rows past them are left out. The minibatches are cycled when the
+    learner takes more steps than this module has minibatches (a multi-module
+    batch whose modules have different sizes, as RLlib's cyclic minibatch
+    iterator does).
 
     Args:
       batch: ``[B, ...]`` arrays.
       key: the epoch's key for this module.
       minibatch_size: rows per minibatch.
-      num_minibatches: ``B // minibatch_size``.
+      num_minibatches: from :func:`minibatch_plan`: ``ceil(B / minibatch_size)``
+        (every row), or ``B // minibatch_size`` (``drop_last``).
       num_steps: minibatch steps per epoch of the whole learner, >= num_minibatches.
       shuffle: whether to permute the rows.
 
     Returns:
       The batch with leaves of shape ``[num_steps, minibatch_size, ...]``.
+
+    Example:
+      >>> blocks = epoch_blocks({"i": jnp.arange(5)}, jax.random.key(0), 2, 3, 3, False)
+      >>> blocks["i"].tolist()
+      [[0, 1], [2, 3], [4, 0]]
     """
     size = jax.tree.leaves(batch)[0].shape[0]
     used = minibatch_size * num_minibatches
-    order = jax.random.permutation(key, size)[:used] if shuffle else jnp.arange(used)
+    order = jax.random.permutation(key, size) if shuffle else jnp.arange(size)
+    if used < size:
+        order = order[:used]
+    elif used > size:
+        order = order[np.arange(used) % size]
     order = order.reshape(num_minibatches, minibatch_size)
     if num_steps != num_minibatches:
         order = order[np.arange(num_steps) % num_minibatches]

@@ -39,7 +39,7 @@ import optax
 
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.loss_gradients import loss_gradients, refresh_hyperparams
-from jaxlearner.core.metrics import ALL_MODULES, reduce_metrics
+from jaxlearner.core.metrics import ALL_MODULES, reduce_metrics, reduce_steps
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer
 from jaxlearner.core.state import LearnerState, ModuleState, select_tree
@@ -197,26 +197,33 @@ class GradientStep:
         stacked: Mapping[str, Mapping[str, jax.Array]],
         trained: tuple[str, ...],
         env_steps: Mapping[str, jax.Array],
+        rows: Mapping[str, int] | None = None,
     ) -> tuple[LearnerState, StepMetrics]:
         """Closes an update: metrics, counters, per-update additional updates, the next key.
+
+        Additional updates see each metric's declared reduction; the metrics
+        returned are reduced as the config's ``reduce_fn`` says.
 
         Args:
           state: the state after the update's steps.
           stacked: the steps' metrics, ``{owner: {name: [steps]}}``.
           trained: the modules the steps trained.
           env_steps: ``{module_id: int32}``, the env steps the update counts.
+          rows: ``{module_id: rows}`` of the update's batch, the agent steps it
+            trained on; default none.
 
         Returns:
           ``(state, metrics)`` as :func:`~jaxlearner.make_update`'s update returns them.
         """
         next_key, _ = jax.random.split(state.key)
-        state, metrics = _count_and_reduce(self.specs, state, stacked, trained, env_steps)
+        counts = _trained_counts(trained, env_steps, rows or {})
+        state, metrics = _count_and_reduce(self.specs, state, stacked, trained, counts)
         _report_nonfinite(state, stacked, metrics, trained, self.config.skip_nonfinite)
         state = state.replace(key=next_key, updates=state.updates + 1)
         metrics[ALL_MODULES]["num_updates"] = state.updates
         for learner_update in self.config.additional_updates:
             state = learner_update(state, metrics)
-        return state, metrics
+        return state, reduce_steps(self.config.reduce_fn, stacked, metrics)
 
 
 def _with_rates(metrics: Mapping[str, Any], rates: Mapping[str, jax.Array]) -> dict[str, Any]:
@@ -258,14 +265,38 @@ def _report_nonfinite(
     )
 
 
+def _trained_counts(
+    trained: tuple[str, ...], env_steps: Mapping[str, jax.Array], rows: Mapping[str, int]
+) -> dict[str, dict[str, jax.Array]]:
+    """Each trained module's ``num_env_steps_trained`` and ``num_agent_steps_trained`` in
+    this update (int32 scalars), and their sums under ``"__all__"``."""
+    counts = {
+        m: {
+            "num_env_steps_trained": jnp.asarray(env_steps[m], jnp.int32),
+            "num_agent_steps_trained": jnp.asarray(rows.get(m, 0), jnp.int32),
+        }
+        for m in trained
+    }
+    zero = jnp.zeros((), jnp.int32)
+    counts[ALL_MODULES] = {
+        name: sum((by_name[name] for by_name in counts.values()), zero)
+        for name in ("num_env_steps_trained", "num_agent_steps_trained")
+    }
+    return counts
+
+
 def _count_and_reduce(
     specs: Mapping[str, ModuleSpec],
     state: LearnerState,
     stacked: Mapping[str, Mapping[str, jax.Array]],
     trained: tuple[str, ...],
-    env_steps: Mapping[str, jax.Array],
+    counts: Mapping[str, Mapping[str, jax.Array]],
 ) -> tuple[LearnerState, StepMetrics]:
-    """Reduces metrics, advances env-step counters, runs per-update additional updates."""
+    """Reduces metrics, advances env-step counters, runs per-update additional updates.
+
+    ``counts`` is :func:`_trained_counts`'s; each owner's metrics end with this
+    update's counts beside the lifetime ``num_env_steps_trained_lifetime``.
+    """
     modules = dict(state.modules)
     metrics: StepMetrics = {}
     for m in trained:
@@ -274,7 +305,7 @@ def _count_and_reduce(
         } | dict(specs[m].metric_reductions)
         module_metrics = reduce_metrics(stacked[m], reductions)
         module = modules[m].replace(
-            env_steps=modules[m].env_steps + jnp.asarray(env_steps[m], jnp.int32)
+            env_steps=modules[m].env_steps + counts[m]["num_env_steps_trained"]
         )
         for additional in specs[m].updates_after("update"):
             module = additional.fn(module, module_metrics)
@@ -286,14 +317,16 @@ def _count_and_reduce(
             }
         )
         module_metrics["num_grad_steps"] = module.grad_steps
-        module_metrics["num_env_steps_trained"] = module.env_steps
+        module_metrics.update(counts[m])
+        module_metrics["num_env_steps_trained_lifetime"] = module.env_steps
         modules[m] = module
         metrics[m] = module_metrics
     metrics[ALL_MODULES] = {
         **reduce_metrics(stacked[ALL_MODULES], {}),
         "num_grad_steps": state.grad_steps,
         "num_skipped_steps": state.skipped_steps,
-        "num_env_steps_trained": sum(
+        **counts[ALL_MODULES],
+        "num_env_steps_trained_lifetime": sum(
             (module.env_steps for module in modules.values()), jnp.zeros((), jnp.int32)
         ),
     }

@@ -21,6 +21,7 @@ from jaxlearner.core.module_selection import (
     static_trained,
     with_module,
 )
+from jaxlearner.core.metrics import ReduceFn, check_reduce_fn
 from jaxlearner.core.state import LearnerState
 
 LearnerUpdateFn: TypeAlias = Callable[[LearnerState, Mapping[str, Any]], LearnerState]
@@ -33,14 +34,19 @@ class LearnerConfig:
 
     Attributes:
       minibatch_size: rows per gradient step; ``None`` uses the whole batch as
-        one minibatch. Rows past the last full minibatch are left out of
-        that epoch (a different random subset each epoch with ``shuffle``).
-        When modules' batches give different numbers of minibatches, every
-        epoch takes the largest number and the smaller modules cycle
-        through theirs (RLlib's cyclic iterator).
+        one minibatch. A batch of ``B`` rows gives ``ceil(B / minibatch_size)``
+        minibatches per epoch, the last one completed with the epoch's first
+        rows, so every row is trained on (see ``drop_last``). When modules'
+        batches give different numbers of minibatches, every epoch takes the
+        largest number and the smaller modules cycle through theirs (RLlib's
+        cyclic iterator).
       num_epochs: passes over the batch per update.
       shuffle: permute the rows each epoch with the state's key; ``False``
         keeps the batch order.
+      drop_last: leave the rows past the last full minibatch out of each
+        epoch (``B // minibatch_size`` minibatches; with ``shuffle``, a
+        different random subset each epoch; without it, the same last rows
+        are never trained on) instead of wrapping around.
       modules_to_train: ``None`` (all), a collection of module ids, a
         predicate ``module_id -> bool`` (asked once), or RLlib's
         ``should_module_be_updated(module_id, batch) -> bool``, asked on the host
@@ -62,6 +68,17 @@ class LearnerConfig:
       donate_state: donate the input state's buffers to the update
         (``donate_argnums=0``): less memory, but the input state may not be
         used afterwards.
+      reduce_fn: how the update's per-minibatch-step metrics are reduced to
+        the metrics it returns (RLlib's ``reduce_fn``): ``"default"``, each
+        metric by its ``ModuleSpec.metric_reductions`` entry (the mean, the
+        last value for learning rates and hyperparams); ``"mean"``, ``"sum"``,
+        ``"min"``, ``"max"`` or ``"last"`` for every metric; ``None`` for
+        none, the stacked ``[steps, ...]`` values (``steps = num_epochs x
+        minibatches``); or a callable ``fn(stacked) -> metrics`` over
+        ``{owner: {name: [steps, ...]}}``, traced inside the compiled update.
+        The per-update values (counters, ``extra/...``, ``nonfinite``) are
+        added to what it returns, and additional updates always see the
+        default reductions. See :func:`~jaxlearner.core.metrics.reduce_steps`.
       recipe: a JSON-serialisable description from which a registered builder
         rebuilds the learner (``{"algorithm": name, ...}``); built-in
         algorithms set it so a checkpoint can be restored without code. Not
@@ -86,14 +103,17 @@ class LearnerConfig:
     loss: JointLossFn | None = None
     additional_updates: Sequence[LearnerUpdateFn] = ()
     donate_state: bool = False
+    drop_last: bool = False
+    reduce_fn: ReduceFn | str | None = "default"
     recipe: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         _check_positive_int("minibatch_size", self.minibatch_size, allow_none=True)
         _check_positive_int("num_epochs", self.num_epochs)
-        for name in ("shuffle", "skip_nonfinite", "jit", "donate_state"):
+        for name in ("shuffle", "drop_last", "skip_nonfinite", "jit", "donate_state"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Learner {name} must be a bool; got {getattr(self, name)!r}.")
+        check_reduce_fn(self.reduce_fn)
         if self.loss is not None and not callable(self.loss):
             raise TypeError(f"Learner loss must be callable or None; got {self.loss!r}.")
         updates = tuple(self.additional_updates)

@@ -13,7 +13,9 @@ One update, for the modules present in the batch:
    (:func:`~jaxlearner.core.additional_update_stage.run_update_start`); split
    the state's key; one key per epoch;
 2. per epoch, permute each module's rows and cut them into minibatches
-   (``[steps, minibatch_size, ...]`` blocks);
+   (``[steps, minibatch_size, ...]`` blocks, :func:`~jaxlearner.core.batch.epoch_blocks`):
+   ``ceil(B / minibatch_size)`` of them, the last completed with the epoch's
+   first rows, or ``B // minibatch_size`` with ``drop_last``;
 3. per minibatch step, RLlib's three stages (:mod:`jaxlearner.core.gradients`):
    compute (scheduled hyperparameters refreshed from the counters, each
    trained module's loss and gradients, or one joint loss), postprocess (each
@@ -21,7 +23,8 @@ One update, for the modules present in the batch:
    ``after="grad_step"`` additional updates); with ``skip_nonfinite`` a step
    whose loss or gradients are not finite leaves the state as it was;
 4. reduce the metrics over all steps, advance the counters, run
-   ``after="update"`` additional updates and learner-level updates.
+   ``after="update"`` additional updates and learner-level updates; the
+   metrics returned are reduced as the config's ``reduce_fn`` says.
 
 :func:`~jaxlearner.core.gradients.make_gradient_stages` gives the same three
 stages on their own, over a whole batch.
@@ -84,7 +87,13 @@ def make_update(
       ``update(state, batch, env_steps) -> (state, metrics)`` where ``batch``
       is ``{module_id: [B_m, ...] arrays}`` and ``env_steps`` is
       ``{module_id: int32 scalar}``, the env steps each module's batch counts
-      for. ``metrics`` is ``{module_id: {...}, "__all__": {...}}``.
+      for. ``metrics`` is ``{module_id: {...}, "__all__": {...}}``, reduced
+      over the steps as ``config.reduce_fn`` says; as RLlib's results, each
+      trained module's and ``"__all__"`` (their sums) hold this update's
+      ``num_env_steps_trained`` (the env steps counted) and
+      ``num_agent_steps_trained`` (the batch's rows; sequences, for a batch of
+      sequences) beside the lifetime ``num_env_steps_trained_lifetime``, and
+      ``num_grad_steps``.
 
     Example:
       >>> update = jax.jit(make_update(learner.specs, learner.config))   # doctest: +SKIP
@@ -99,9 +108,9 @@ def make_update(
     ) -> tuple[LearnerState, dict[str, dict[str, jax.Array]]]:
         trained, involved = gradient_step.roles(batch)
         state = run_update_start(specs, state, trained, env_steps)
+        rows = {m: jax.tree.leaves(batch[m])[0].shape[0] for m in involved}
         plans = {
-            m: minibatch_plan(jax.tree.leaves(batch[m])[0].shape[0], config.minibatch_size, m)
-            for m in involved
+            m: minibatch_plan(rows[m], config.minibatch_size, m, config.drop_last) for m in involved
         }
         num_steps = max(count for _, count in plans.values())
 
@@ -127,6 +136,6 @@ def make_update(
 
         _, epoch_keys = update_keys(state.key, config.num_epochs)
         state, stacked = jax.lax.scan(run_epoch, state, epoch_keys)
-        return gradient_step.finish(state, flatten_steps(stacked), trained, env_steps)
+        return gradient_step.finish(state, flatten_steps(stacked), trained, env_steps, rows)
 
     return update

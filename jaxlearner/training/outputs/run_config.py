@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from jaxlearner.core.learner import Learner
 
-LEARNER_SETTINGS = ("minibatch_size", "num_epochs", "shuffle", "skip_nonfinite")
+LEARNER_SETTINGS = ("minibatch_size", "num_epochs", "shuffle", "drop_last", "skip_nonfinite")
 """The learner's settings in a run's config (beside ``modules_to_train``)."""
 
 
