@@ -264,8 +264,8 @@ class Learner:
             module. Default: each module's global batch size.
 
         Returns:
-          ``(new_state, metrics)``; metrics are ``{module_id: {...},
-          "__all__": {...}}``, device arrays (scalars unless ``reduce_fn`` says otherwise).
+          ``(new_state, metrics)``; metrics are ``{module_id: {...}, "__all__": {...}}``,
+          device arrays (scalars unless ``reduce_fn`` says otherwise).
 
         Raises:
           KeyError: unknown module id or batch key.
