@@ -15,13 +15,13 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from jaxlearner.core.context import JointLossFn
+from jaxlearner.core.metrics import ReduceFn, check_reduce_fn
 from jaxlearner.core.module_selection import (
     ModulesToTrain,
     freeze_rule,
     static_trained,
     with_module,
 )
-from jaxlearner.core.metrics import ReduceFn, check_reduce_fn
 from jaxlearner.core.state import LearnerState
 
 LearnerUpdateFn: TypeAlias = Callable[[LearnerState, Mapping[str, Any]], LearnerState]
