@@ -14,6 +14,7 @@ running a module's :class:`~jaxlearner.AdditionalUpdate` functions, as declared 
   jitted, compiled once per choice of modules and value names.
 
 Example:
+  >>> import jaxlearner as jl
   >>> def set_beta(module, values):
   ...     return module.replace(extra={**module.extra, "beta": values["beta"]})
   >>> beta = jl.AdditionalUpdate(set_beta, after="additional_update", takes=("beta",),

@@ -44,6 +44,7 @@ class LearnerInputs:
 
     Example:
       >>> selection = ModuleSelection(learner.config.modules_to_train, learner.module_ids)
+      ... # doctest: +SKIP
       >>> inputs = LearnerInputs(learner.specs, learner.batch_layout,
       ...                        selection, learner.config, learner.placement)
       ... # doctest: +SKIP

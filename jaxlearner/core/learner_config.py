@@ -90,8 +90,8 @@ class LearnerConfig:
 
     Example:
       >>> config = LearnerConfig(minibatch_size=128, num_epochs=4)
-      >>> config.trained(("policy", "target"))
-      frozenset({'policy', 'target'})
+      >>> sorted(config.trained(("policy", "target")))
+      ['policy', 'target']
     """
 
     minibatch_size: int | None = None
