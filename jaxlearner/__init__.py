@@ -43,6 +43,7 @@ from jaxlearner.core.registry import (
     registered_recipes,
 )
 from jaxlearner.core.schedules import Schedule, piecewise_schedule
+from jaxlearner.core.shared_optimizer import SharedOptimizer
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.core.update import make_update
 from jaxlearner.core.update_queue import UpdateQueue
@@ -184,6 +185,7 @@ __all__ = [
     "Plateau",
     "RewardBound",
     "Schedule",
+    "SharedOptimizer",
     "StopCondition",
     "StopsDecreasing",
     "StopsIncreasing",

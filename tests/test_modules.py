@@ -206,8 +206,8 @@ def test_learner_and_spec_validation():
         jl.Learner({"m": spec()}, minibatch_size=0)
     with pytest.raises(ValueError, match="num_epochs must be a positive int; got 1.5"):
         jl.Learner({"m": spec()}, num_epochs=1.5)
-    with pytest.raises(ValueError, match="exactly one of optimizer"):
-        jl.ModuleSpec(nn.Dense(1), mse_loss)
+    with pytest.raises(ValueError, match="Module 'm' has no optimizer: give ModuleSpec"):
+        jl.Learner({"m": jl.ModuleSpec(nn.Dense(1), mse_loss)})
     with pytest.raises(ValueError, match="got both"):
         jl.ModuleSpec(nn.Dense(1), mse_loss, optax.sgd(1.0), optimizers={"a": optax.sgd(1.0)})
     with pytest.raises(TypeError, match="must have init"):

@@ -88,6 +88,13 @@ def build_metadata(
             "skip_nonfinite": config.skip_nonfinite,
             "modules_to_train": sorted(learner.modules_to_train),
             "joint_loss": _name(config.loss) if config.loss is not None else None,
+            "shared_optimizers": {
+                name: {
+                    "module_ids": list(shared.module_ids),
+                    **_describe_optimizer(shared.optimizer),
+                }
+                for name, shared in config.shared_optimizers.items()
+            },
         },
         "recipe": recipe,
         "key_impl": str(jax.random.key_impl(state.key)),
@@ -203,20 +210,23 @@ def _describe_spec(spec: Any) -> dict[str, Any]:
         "model_repr": _short_repr(spec.model),
         "loss": _name(spec.loss) if spec.loss is not None else None,
         "optimizers": {
-            name: {
-                "transform": _name(opt.transform) if opt.is_factory else "built transformation",
-                "learning_rate": _jsonable(opt.learning_rate),
-                "hyperparams": {k: _jsonable(v) for k, v in opt.hyperparams.items()},
-                "grad_clip": opt.grad_clip,
-                "grad_clip_by": opt.grad_clip_by,
-            }
-            for name, opt in spec.named_optimizers.items()
+            name: _describe_optimizer(opt) for name, opt in spec.named_optimizers.items()
         },
         "hyperparams": {k: _jsonable(v) for k, v in spec.hyperparams.items()},
         "additional_updates": [
             {"fn": _name(u.fn), "after": u.after} for u in spec.additional_updates
         ],
         "metric_reductions": dict(spec.metric_reductions),
+    }
+
+
+def _describe_optimizer(opt: Any) -> dict[str, Any]:
+    return {
+        "transform": _name(opt.transform) if opt.is_factory else "built transformation",
+        "learning_rate": _jsonable(opt.learning_rate),
+        "hyperparams": {k: _jsonable(v) for k, v in opt.hyperparams.items()},
+        "grad_clip": opt.grad_clip,
+        "grad_clip_by": opt.grad_clip_by,
     }
 
 

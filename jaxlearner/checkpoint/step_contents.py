@@ -131,7 +131,7 @@ def save_contents(
     flat_metrics = json_metrics(metrics)
     if options.best_metric is not None:
         check_best_metric(options.best_metric, flat_metrics)
-    tree = plain_tree(state, stored_leaf)
+    tree = state_tree(plain_tree(state, stored_leaf))
     leaf_digests = digests(tree) if options.verify else None
     metadata = build_metadata(step, state, learner, flat_metrics, leaf_digests)
     metadata["extra"] = check_extra(extra)
@@ -161,7 +161,16 @@ def restore_target(
         abstract,
         lambda leaf: jax.ShapeDtypeStruct(*stored_shape_dtype(leaf), sharding=sharding),
     )
-    return abstract, tree, sharding
+    return abstract, state_tree(tree), sharding
+
+
+def state_tree(tree: dict[str, Any]) -> dict[str, Any]:
+    """A state's plain tree as a step stores it: without ``shared_opt_states`` when the
+    learner has no shared optimizer, so such a step is stored as before that field existed
+    and steps saved before it restore."""
+    if tree.get("shared_opt_states"):
+        return tree
+    return {name: value for name, value in tree.items() if name != "shared_opt_states"}
 
 
 def state_from_arrays(

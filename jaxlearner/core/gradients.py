@@ -42,6 +42,7 @@ from jaxlearner.core.loss_gradients import loss_gradients, refresh_hyperparams
 from jaxlearner.core.metrics import ALL_MODULES, reduce_metrics, reduce_steps
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer
+from jaxlearner.core.shared_optimizer import SharedOptimizers
 from jaxlearner.core.state import LearnerState, ModuleState, select_tree
 from jaxlearner.types import Batch, PyTree
 
@@ -82,22 +83,40 @@ def first_step_key(key: jax.Array) -> jax.Array:
 class GradientStep:
     """A learner's gradient step in three stages, over module states; built once.
 
+    The shared optimizers (:mod:`jaxlearner.core.shared_optimizer`) are checked
+    against the modules when it is built.
+
     Attributes:
       specs: module id -> spec.
-      config: the learner's configuration (its joint ``loss``, ``skip_nonfinite``
-        and learner-level ``additional_updates`` are used here).
+      config: the learner's configuration (its joint ``loss``, ``skip_nonfinite``,
+        ``shared_optimizers`` and learner-level ``additional_updates`` are used here).
       to_train: the ids of the modules to train.
+
+    Raises:
+      ValueError: for shared optimizers that do not fit the modules, or whose
+        modules ``to_train`` splits.
     """
 
     specs: Mapping[str, ModuleSpec]
     config: LearnerConfig
     to_train: frozenset[str]
 
+    def __post_init__(self) -> None:
+        self.shared.check_trained(self.to_train)
+
+    @functools.cached_property
+    def shared(self) -> SharedOptimizers:
+        """The learner's shared optimizers, checked against its modules."""
+        return SharedOptimizers(self.config.shared_optimizers, self.specs)
+
     @functools.cached_property
     def optimizers(self) -> dict[str, ModuleOptimizer]:
-        """Each module's named optimizers composed once (one optax value each)."""
+        """Each module's named optimizers composed once (one optax value each); for a
+        module of a shared optimizer, its part of that one (gradient and norm only)."""
         return {
-            m: ModuleOptimizer(spec.named_optimizers, spec.param_labels, m)
+            m: self.shared.view(m)
+            if m in self.shared.owner
+            else ModuleOptimizer(spec.named_optimizers, spec.param_labels, m)
             for m, spec in self.specs.items()
         }
 
@@ -121,8 +140,9 @@ class GradientStep:
         """
         trained, involved = self.roles(batch)
         current = {m: refresh_hyperparams(self.specs[m], modules[m]) for m in involved}
+        names = {m: self.optimizers[m].names for m in trained}
         results, total, joint_metrics = loss_gradients(
-            self.specs, current, batch, key, trained, self.config.loss
+            self.specs, current, batch, key, trained, self.config.loss, names
         )
         grads: Gradients = {}
         metrics: StepMetrics = {}
@@ -136,12 +156,21 @@ class GradientStep:
                 **self.optimizers[m].grad_norms(grads[m], params),
                 **{f"hyperparams/{k}": v for k, v in current[m].hyperparams.items()},
             }
-        metrics[ALL_MODULES] = {"total_loss": total, **joint_metrics}
+        metrics[ALL_MODULES] = {
+            "total_loss": total,
+            **joint_metrics,
+            **self.shared.grad_norms(grads),
+        }
         return grads, metrics
 
     def postprocess(self, modules: Mapping[str, ModuleState], grads: Gradients) -> Gradients:
-        """Stage 2: each module's gradient clipped as each of its optimizers says."""
-        return {m: self.optimizers[m].clip(g, modules[m].params) for m, g in grads.items()}
+        """Stage 2: each module's gradient clipped as each of its optimizers says; the
+        modules of a shared optimizer together, as it says."""
+        clipped = self.shared.clip(grads)
+        return {
+            m: g if m in self.shared.owner else self.optimizers[m].clip(g, modules[m].params)
+            for m, g in clipped.items()
+        }
 
     def apply(
         self, state: LearnerState, grads: Gradients, metrics: Mapping[str, Mapping[str, Any]]
@@ -160,12 +189,21 @@ class GradientStep:
         """
         step_metrics: StepMetrics = {}
         new_modules = {}
+        shared_updates, shared_states, shared_rates = self.shared.step(
+            grads,
+            state.shared_opt_states,
+            {m: state.modules[m].params for m in grads},
+            {m: state.modules[m].counters for m in grads},
+        )
         for m, module_grads in grads.items():
             spec = self.specs[m]
             module = refresh_hyperparams(spec, state.modules[m])
-            updates, opt_states, rates = self.optimizers[m].step(
-                module_grads, module.opt_states, module.params, module.counters
-            )
+            if m in shared_updates:
+                updates, opt_states, rates = shared_updates[m], module.opt_states, shared_rates[m]
+            else:
+                updates, opt_states, rates = self.optimizers[m].step(
+                    module_grads, module.opt_states, module.params, module.counters
+                )
             module = module.replace(
                 params=optax.apply_updates(module.params, updates),
                 opt_states=opt_states,
@@ -175,19 +213,24 @@ class GradientStep:
             for additional in spec.updates_after("grad_step"):
                 module = additional.fn(module, step_metrics[m])
             new_modules[m] = module
-        step_metrics[ALL_MODULES] = dict(metrics.get(ALL_MODULES, {}))
+        all_rates = {k: v for rates in shared_rates.values() for k, v in rates.items()}
+        step_metrics[ALL_MODULES] = {**metrics.get(ALL_MODULES, {}), **all_rates}
         skipped = state.skipped_steps
         if self.config.skip_nonfinite:  # static: the check costs nothing when it is off
             finite = all_finite(grads)
             if "total_loss" in step_metrics[ALL_MODULES]:
                 finite = finite & jnp.isfinite(step_metrics[ALL_MODULES]["total_loss"])
             old = {m: state.modules[m] for m in grads}
-            new_modules = select_tree(finite, new_modules, old)
+            old_shared = {n: state.shared_opt_states[n] for n in shared_states}
+            new_modules, shared_states = select_tree(
+                finite, (new_modules, shared_states), (old, old_shared)
+            )
             skipped = skipped + (~finite).astype(jnp.int32)
         state = state.replace(
             modules={**state.modules, **new_modules},
             grad_steps=state.grad_steps + 1,
             skipped_steps=skipped,
+            shared_opt_states={**state.shared_opt_states, **shared_states},
         )
         return state, step_metrics
 

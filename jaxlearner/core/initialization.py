@@ -26,9 +26,11 @@ from jaxlearner.core.batch import (
     zeros_like_layout,
 )
 from jaxlearner.core.context import JointLossFn, LossContext
+from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer
 from jaxlearner.core.schedules import initial_value
+from jaxlearner.core.shared_optimizer import SharedOptimizers
 from jaxlearner.core.state import LearnerState, ModuleState, zero_counter
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Batch, Params, PyTree
@@ -312,7 +314,7 @@ def init_added_module(
 def initial_state(
     specs: Mapping[str, ModuleSpec],
     layout: Mapping[str, Layout] | None,
-    joint_loss: JointLossFn | None,
+    config: LearnerConfig,
     key: Any,
     sample_batch: Batch | None,
 ) -> LearnerState:
@@ -321,7 +323,8 @@ def initial_state(
     Args:
       specs: the learner's modules.
       layout: their batch layouts, or ``None``.
-      joint_loss: the learner's joint loss, if any (it then finds the inputs).
+      config: the learner's configuration (its joint loss, if any, finds the
+        inputs; its shared optimizers get their states).
       key: a PRNG key, typed or raw.
       sample_batch: a batch for every module, or ``None`` for a one-row batch
         of zeros of ``layout``.
@@ -348,15 +351,17 @@ def initial_state(
             )
         batch_sizes(batch, layout)
     init_key, state_key = jax.random.split(key)
-    inputs = find_init_inputs(specs, batch, init_key, joint_loss)
+    inputs = find_init_inputs(specs, batch, init_key, config.loss)
     modules = {
         m: init_module_state(m, spec, module_key(init_key, m), inputs[m])
         for m, spec in specs.items()
     }
+    shared = SharedOptimizers(config.shared_optimizers, specs)
     return LearnerState(
         modules=modules,
         key=state_key,
         updates=zero_counter(),
         grad_steps=zero_counter(),
         skipped_steps=zero_counter(),
+        shared_opt_states=shared.init({m: module.params for m, module in modules.items()}),
     )

@@ -237,7 +237,7 @@ class Learner:
         Example:
           >>> state = learner.init(jax.random.key(0))  # doctest: +SKIP
         """
-        state = initial_state(self._specs, self._layout, self._config.loss, key, sample_batch)
+        state = initial_state(self._specs, self._layout, self._config, key, sample_batch)
         return self._placement.put(state)
 
     def update(

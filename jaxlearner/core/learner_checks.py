@@ -93,6 +93,13 @@ class LearnerInputs:
             )
         for m, module in state.modules.items():
             self._check_optimizers(m, module)
+        shared = sorted(self._config.shared_optimizers)
+        if sorted(state.shared_opt_states) != shared:
+            raise ValueError(
+                f"The state holds shared optimizer state(s) for {sorted(state.shared_opt_states)}"
+                f", but this learner's shared optimizers are {shared}: the state comes from a "
+                "learner with other shared_optimizers. Use the learner that made it."
+            )
 
     def batch(
         self,

@@ -22,6 +22,11 @@ from jaxlearner.core.module_selection import (
     static_trained,
     with_module,
 )
+from jaxlearner.core.shared_optimizer import (
+    SharedOptimizer,
+    SharedOptimizerLike,
+    check_shared_optimizers,
+)
 from jaxlearner.core.state import LearnerState
 
 LearnerUpdateFn: TypeAlias = Callable[[LearnerState, Mapping[str, Any]], LearnerState]
@@ -79,6 +84,12 @@ class LearnerConfig:
         The per-update values (counters, ``extra/...``, ``nonfinite``) are
         added to what it returns, and additional updates always see the
         default reductions. See :func:`~jaxlearner.core.metrics.reduce_steps`.
+      shared_optimizers: optimizers over several modules' params (RLlib's
+        ``register_optimizer(module_id=ALL_MODULES, ...)``), ``{name:
+        jl.SharedOptimizer(optimizer, module_ids)}`` or ``{name: (optimizer,
+        module_ids)}``: one optax state and one clip over all of their
+        modules' gradients; their modules have no optimizer of their own (see
+        :mod:`jaxlearner.core.shared_optimizer`). Not part of the hash.
       recipe: a JSON-serialisable description from which a registered builder
         rebuilds the learner (``{"algorithm": name, ...}``); built-in
         algorithms set it so a checkpoint can be restored without code. Not
@@ -105,6 +116,9 @@ class LearnerConfig:
     donate_state: bool = False
     drop_last: bool = False
     reduce_fn: ReduceFn | str | None = "default"
+    shared_optimizers: Mapping[str, SharedOptimizerLike] = dataclasses.field(
+        default_factory=dict, hash=False
+    )
     recipe: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +136,8 @@ class LearnerConfig:
                 raise TypeError(f"Learner additional_updates must be callables; got {update!r}.")
         object.__setattr__(self, "additional_updates", updates)
         object.__setattr__(self, "modules_to_train", freeze_rule(self.modules_to_train))
+        shared: dict[str, SharedOptimizer] = check_shared_optimizers(self.shared_optimizers)
+        object.__setattr__(self, "shared_optimizers", shared)
         if self.recipe is not None:
             object.__setattr__(self, "recipe", dict(self.recipe))
         if self.minibatch_size is not None:

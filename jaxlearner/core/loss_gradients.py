@@ -64,6 +64,7 @@ def loss_gradients(
     key: jax.Array,
     trained: Sequence[str],
     joint_loss: JointLossFn | None,
+    names: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[dict[str, LossResult], jax.Array, dict[str, jax.Array]]:
     """The losses of the trained modules and their gradients by optimizer.
 
@@ -77,6 +78,8 @@ def loss_gradients(
       trained: the modules to differentiate.
       joint_loss: the learner's loss over all modules, or ``None`` for each
         module's own.
+      names: each trained module's optimizer names; default its spec's (a
+        module of a shared optimizer has none: the shared optimizer's name).
 
     Returns:
       ``(results, total_loss, joint_metrics)``: ``results[m]`` is a
@@ -84,17 +87,20 @@ def loss_gradients(
       joint loss); ``joint_metrics`` what the joint loss returned (``{}`` without).
     """
     contexts = loss_contexts(specs, modules, key)
+    names = {m: tuple((names or {}).get(m, specs[m].named_optimizers)) for m in trained}
     if joint_loss is None:
         results: dict[str, LossResult] = {
-            m: _module_gradients(specs[m], m, modules[m].params, batch[m], contexts[m])
+            m: _module_gradients(specs[m], m, names[m], modules[m].params, batch[m], contexts[m])
             for m in trained
         }
         total = sum(loss for loss, _, _ in results.values())
         return results, total, {}
-    total, grads, joint_metrics = _joint_gradients(
-        joint_loss, specs, modules, batch, contexts, trained
+    total, grads, joint_metrics = _joint_gradients(joint_loss, modules, batch, contexts, trained)
+    return (
+        {m: (None, dict.fromkeys(names[m], grads[m]), {}) for m in trained},
+        total,
+        joint_metrics,
     )
-    return {m: (None, grads[m], {}) for m in trained}, total, joint_metrics
 
 
 def _check_loss(owner: str, loss: Any, names: Sequence[str]) -> None:
@@ -117,7 +123,12 @@ def _check_loss(owner: str, loss: Any, names: Sequence[str]) -> None:
 
 
 def _module_gradients(
-    spec: ModuleSpec, module_id: str, params: Params, batch: Batch, ctx: LossContext
+    spec: ModuleSpec,
+    module_id: str,
+    names: Sequence[str],
+    params: Params,
+    batch: Batch,
+    ctx: LossContext,
 ) -> LossResult:
     """``(total_loss, {optimizer: grads}, metrics)`` of one module's own loss.
 
@@ -126,7 +137,6 @@ def _module_gradients(
     optimizer the gradient of its own term, one backward pass per term.
     """
     owner = f"module {module_id!r}"
-    names = list(spec.named_optimizers)
 
     def loss_fn(p: Params) -> tuple[Any, Any]:
         output = spec.loss(p, batch, ctx)
@@ -156,13 +166,13 @@ def _module_gradients(
 
 def _joint_gradients(
     joint_loss: JointLossFn,
-    specs: Mapping[str, ModuleSpec],
     modules: Mapping[str, ModuleState],
     minibatch: Mapping[str, Batch],
     contexts: Mapping[str, LossContext],
     trained: Sequence[str],
-) -> tuple[jax.Array, dict[str, dict[str, PyTree]], dict[str, jax.Array]]:
-    """The joint loss, its gradient for each trained module, and its metrics."""
+) -> tuple[jax.Array, dict[str, PyTree], dict[str, jax.Array]]:
+    """The joint loss, its gradient for each trained module (``{module_id: grads}``), and
+    its metrics."""
 
     def loss_fn(trained_params: dict[str, Params]) -> tuple[jax.Array, Any]:
         params = {
@@ -181,4 +191,4 @@ def _joint_gradients(
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         {m: modules[m].params for m in trained}
     )
-    return loss, {m: dict.fromkeys(specs[m].named_optimizers, grads[m]) for m in trained}, metrics
+    return loss, grads, metrics

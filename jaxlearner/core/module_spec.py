@@ -27,6 +27,9 @@ class ModuleSpec:
         a built optax transformation or a :class:`~jaxlearner.Optimizer`.
       optimizers: several named optimizers instead, ``{name: optimizer}``;
         each updates the params labelled with its name (see ``param_labels``).
+        With neither, the module must be in one of the learner's
+        ``shared_optimizers`` (:class:`~jaxlearner.SharedOptimizer`), which the
+        learner checks when it is built.
       param_labels: ``params -> tree of optimizer names`` (optax's
         ``partition`` labels). Default: a param belongs to the optimizer named
         by the first key on its path that names one (submodules ``actor``
@@ -113,12 +116,13 @@ class ModuleSpec:
         object.__setattr__(self, "observers", check_observers(self.observers))
 
     def _named_optimizers(self) -> dict[str, Optimizer]:
-        if (self.optimizer is None) == (self.optimizers is None):
+        if self.optimizer is not None and self.optimizers is not None:
             raise ValueError(
-                "ModuleSpec needs exactly one of optimizer=... (e.g. optax.adam(3e-4)) or "
-                "optimizers={'actor': ..., 'critic': ...}; got "
-                f"{'both' if self.optimizer is not None else 'neither'}."
+                "ModuleSpec takes one of optimizer=... (e.g. optax.adam(3e-4)) or "
+                "optimizers={'actor': ..., 'critic': ...}; got both."
             )
+        if self.optimizer is None and self.optimizers is None:
+            return {}
         if self.optimizer is not None:
             return {DEFAULT_OPTIMIZER: as_optimizer(self.optimizer, DEFAULT_OPTIMIZER)}
         if not isinstance(self.optimizers, Mapping) or not self.optimizers:
@@ -135,7 +139,8 @@ class ModuleSpec:
 
     @property
     def named_optimizers(self) -> dict[str, Optimizer]:
-        """The module's optimizers by name (``{"default": ...}`` for a single one)."""
+        """The module's optimizers by name (``{"default": ...}`` for a single one; ``{}``
+        for a module of a shared optimizer)."""
         return dict(self.optimizers or {})
 
     def updates_after(self, when: str) -> tuple[AdditionalUpdate, ...]:

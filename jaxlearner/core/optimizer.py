@@ -348,7 +348,10 @@ class ModuleOptimizer:
         return label_params(params, self.names, self.param_labels, self.module_id)
 
     def init(self, params: Params) -> dict[str, optax.OptState]:
-        """Each named optimizer's initial state, by name (checks the param labels)."""
+        """Each named optimizer's initial state, by name (checks the param labels); ``{}``
+        without optimizers (a module of a shared optimizer)."""
+        if not self.names:
+            return {}
         self.labels(params)
         return self._by_name(self.transform.init(params))
 

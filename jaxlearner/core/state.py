@@ -62,6 +62,9 @@ class LearnerState:
       grad_steps: int32 scalar, minibatch steps taken (skipped ones included).
       skipped_steps: int32 scalar, minibatch steps skipped because a loss or
         gradient was not finite (only with ``skip_nonfinite=True``).
+      shared_opt_states: the optax state of each of the learner's shared
+        optimizers (:class:`~jaxlearner.SharedOptimizer`), by name, each over
+        ``{module_id: params}`` of its modules; ``{}`` without any.
 
     Example:
       >>> state = learner.init(jax.random.key(0), batch)      # doctest: +SKIP
@@ -73,6 +76,7 @@ class LearnerState:
     updates: jax.Array
     grad_steps: jax.Array
     skipped_steps: jax.Array
+    shared_opt_states: dict[str, optax.OptState] = struct.field(default_factory=dict)
 
     def replace_modules(self, modules: Mapping[str, ModuleState]) -> LearnerState:
         """A copy with ``modules`` replaced (other fields kept)."""
