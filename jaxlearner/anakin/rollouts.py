@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import Algorithm, Experience, RecurrentAct
 from jaxlearner.anakin.envs.environment import Environment, EnvState
+from jaxlearner.core.packing import Layout, pack, unpack
 from jaxlearner.core.state import ModuleState
 
 RolloutFn: TypeAlias = Callable[
@@ -155,7 +156,9 @@ def _make_rollout(
 ) -> Callable[..., tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]]:
     """The rollout with an optional memory: ``None`` in and out for feed-forward acts."""
 
-    def step(module: ModuleState, carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
+    layouts: list[Layout] = []  # the step's output layout, recorded while it is traced
+
+    def step(module: ModuleState, carry: tuple, key: jax.Array) -> tuple[tuple, list]:
         env_states, obs, memory = carry
         act_key, env_key = jax.random.split(key)
         actions, extras, recurrent_carry = _act(algorithm.explore, module, obs, memory, act_key)
@@ -174,20 +177,20 @@ def _make_rollout(
         # The environment reset where an episode ended: its next step is the next one's first.
         done = terminated | truncated
         memory = None if memory is None else Memory(recurrent_carry, done)
-        return (env_states, next_obs, memory), (
-            transition,
-            info["episode_return"],
-            info["episode_length"],
-        )
+        # One stored array per shape and dtype, not one per output (core/packing.py).
+        packed, layout = pack((transition, info["episode_return"], info["episode_length"]))
+        layouts[:] = [layout]
+        return (env_states, next_obs, memory), packed
 
     def rollout(
         module: ModuleState, env_states: EnvState, obs: jax.Array, memory: Any, key: jax.Array
     ) -> tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]:
-        (env_states, obs, memory), (experience, returns, lengths) = jax.lax.scan(
+        (env_states, obs, memory), packed = jax.lax.scan(
             lambda carry, k: step(module, carry, k),
             (env_states, obs, memory),
             jax.random.split(key, num_steps),
         )
+        experience, returns, lengths = unpack(packed, layouts[0], batch_ndim=1)
         # Derived after the loop rather than stored by each step: on an accelerator every
         # array a step stores is one more kernel launch per step (benchmarks/hlo_kernels.py).
         done = experience["terminated"] | experience["truncated"]

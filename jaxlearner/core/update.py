@@ -53,6 +53,7 @@ from jaxlearner.core.initialization import module_key
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.metrics import flatten_steps
 from jaxlearner.core.module_spec import ModuleSpec
+from jaxlearner.core.packing import Layout, pack, unpack
 from jaxlearner.core.state import LearnerState
 from jaxlearner.types import Batch, PyTree
 
@@ -114,13 +115,19 @@ def make_update(
         }
         num_steps = max(count for _, count in plans.values())
 
+        layouts: list[Layout] = []  # the step's metrics layout, recorded while it is traced
+
         def step(
             state: LearnerState, inputs: tuple[Mapping[str, Batch], jax.Array]
         ) -> tuple[LearnerState, Any]:
             minibatch, key = inputs
             grads, metrics = gradient_step.compute(state.modules, minibatch, key)
             grads = gradient_step.postprocess(state.modules, grads)
-            return gradient_step.apply(state, grads, metrics)
+            state, metrics = gradient_step.apply(state, grads, metrics)
+            # One stored array per shape and dtype, not one per metric (core/packing.py).
+            packed, layout = pack(metrics)
+            layouts[:] = [layout]
+            return state, packed
 
         def run_epoch(state: LearnerState, epoch_key: jax.Array) -> tuple[LearnerState, Any]:
             blocks_key, keys = step_keys(epoch_key, num_steps)
@@ -136,6 +143,7 @@ def make_update(
 
         _, epoch_keys = update_keys(state.key, config.num_epochs)
         state, stacked = jax.lax.scan(run_epoch, state, epoch_keys)
+        stacked = unpack(stacked, layouts[0], batch_ndim=2)
         return gradient_step.finish(state, flatten_steps(stacked), trained, env_steps, rows)
 
     return update

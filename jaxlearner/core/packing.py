@@ -1,0 +1,88 @@
+"""Few arrays for a scan's per-step outputs: one per shape and dtype.
+
+A ``lax.scan`` stores each array its body returns into a stacked ``[T, ...]``
+output, one store per array per iteration. On a GPU each store is a kernel
+launch, and latency-bound loops (PPO's minibatch steps, Anakin's rollout steps)
+spend much of their time launching: the learner's 15 per-step metrics were 15
+launches of a minibatch step's 85 (``benchmarks/hlo_kernels.py``). :func:`pack`
+stacks the leaves that share a shape and dtype into one array, so the body
+stores one array per group; :func:`unpack` splits the stacked outputs again
+after the loop. Values are unchanged: stacking and indexing are exact.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> def body(carry, x):
+  ...     packed, layout = pack({"loss": x, "grad_norm": 2 * x, "count": jnp.int32(1)})
+  ...     return carry, packed
+  >>> _, stacked = jax.lax.scan(body, None, jnp.arange(3.0))
+  >>> [a.shape for a in stacked]
+  [(3,), (3, 2)]
+  >>> _, layout = pack({"loss": 0.0, "grad_norm": 0.0, "count": jnp.int32(1)})
+  >>> unpack(stacked, layout, batch_ndim=1)["grad_norm"]
+  Array([0., 2., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Layout(NamedTuple):
+    """Where each leaf went: the tree's structure and, per packed array, its leaves' indices.
+
+    Attributes:
+      treedef: the structure of the packed tree.
+      groups: per packed array, the indices (in ``jax.tree.leaves`` order) of its
+        leaves; a group of one is stored as the leaf itself, a larger one stacked
+        on a new leading axis.
+    """
+
+    treedef: Any
+    groups: tuple[tuple[int, ...], ...]
+
+
+def pack(tree: Any) -> tuple[list[jax.Array], Layout]:
+    """``tree``'s leaves as one array per (shape, dtype), with the :class:`Layout` to undo it.
+
+    Args:
+      tree: a pytree of arrays (or scalars), e.g. a scan body's per-step outputs.
+
+    Returns:
+      ``(arrays, layout)``: per group, its one leaf or its leaves stacked on a new
+      axis 0 (``[k, *shape]``), in the order of each group's first leaf.
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    leaves = [jnp.asarray(leaf) for leaf in leaves]
+    groups: dict[tuple, list[int]] = {}
+    for index, leaf in enumerate(leaves):
+        groups.setdefault((leaf.shape, leaf.dtype), []).append(index)
+    arrays = [
+        leaves[members[0]] if len(members) == 1 else jnp.stack([leaves[i] for i in members])
+        for members in groups.values()
+    ]
+    return arrays, Layout(treedef, tuple(tuple(members) for members in groups.values()))
+
+
+def unpack(arrays: list[jax.Array], layout: Layout, batch_ndim: int = 0) -> Any:
+    """The tree :func:`pack` packed, from its arrays with ``batch_ndim`` leading axes added.
+
+    Args:
+      arrays: :func:`pack`'s arrays, each with ``batch_ndim`` leading axes (a scan
+        over ``T`` steps adds one: ``[T, k, *shape]``; nested scans add more).
+      layout: the :class:`Layout` :func:`pack` returned.
+      batch_ndim: the number of leading axes the scans added.
+
+    Returns:
+      The original tree, each leaf ``[*batch, *shape]``.
+    """
+    leaves: list[Any] = [None] * sum(len(members) for members in layout.groups)
+    for array, members in zip(arrays, layout.groups, strict=True):
+        if len(members) == 1:
+            leaves[members[0]] = array
+            continue
+        for position, index in enumerate(members):
+            leaves[index] = jnp.take(array, position, axis=batch_ndim)
+    return jax.tree.unflatten(layout.treedef, leaves)
