@@ -249,13 +249,11 @@ def _parse(
         for policy_id, spaces in recipe["policies"].items()
     }
     config = config_from_json(PPOConfig, recipe["config"])
-    overrides = {
-        policy_id: {
-            field: getattr(config_from_json(PPOConfig, {**recipe["config"], **fields}), field)
-            for field in fields
-        }
-        for policy_id, fields in (recipe.get("policy_configs") or {}).items()
-    }
+    overrides = {}
+    for policy_id, fields in (recipe.get("policy_configs") or {}).items():
+        # Read through the whole config, so JSON lists become the fields' tuples.
+        policy_config = config_from_json(PPOConfig, {**recipe["config"], **fields})
+        overrides[policy_id] = {field: getattr(policy_config, field) for field in fields}
     return policies, config, overrides
 
 
