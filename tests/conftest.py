@@ -11,15 +11,20 @@ import atexit
 import shutil
 import tempfile
 
+# Many tests build the same small learners and compile the same programs: a compilation cache
+# per test process (a fresh folder, removed at exit) compiles each program once. It is JAX's
+# own variable, so the commands, notebooks and scripts the tests start use it too (the
+# command line's default folder is $JAX_COMPILATION_CACHE_DIR when set), never ~/.cache.
+os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxlearner-tests-cache-")
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
 import jax
 import pytest
 
-jax.config.update("jax_num_cpu_devices", 8)
-
-# Many tests build the same small learners and compile the same programs: a compilation cache
-# shared by the session's tests (a fresh folder, removed at exit) compiles each program once.
-_compilation_cache = tempfile.mkdtemp(prefix="jaxlearner-tests-cache-")
+_compilation_cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
 atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
+jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_compilation_cache_dir", _compilation_cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
@@ -29,3 +34,23 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 def jit(request):
     """Run a test once with jax.jit and once without."""
     return request.param
+
+
+_CACHE_SETTINGS = (
+    "jax_enable_compilation_cache",
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
+
+@pytest.fixture(autouse=True)
+def keep_the_cache_settings():
+    """The command line run in-process sets JAX's cache to keep every program (the eager
+    tests' thousands of tiny ones too), or turns it off; each test ends with the session's
+    settings again."""
+    before = {name: getattr(jax.config, name) for name in _CACHE_SETTINGS}
+    yield
+    for name, value in before.items():
+        if getattr(jax.config, name) != value:
+            jax.config.update(name, value)

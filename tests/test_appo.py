@@ -357,7 +357,6 @@ def test_anakin_refuses_a_lag():
 
 
 def test_the_command_line_trains_and_evaluates_appo(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
     out = tmp_path / "run"
     argv = ["train", "appo", "--out", str(out), "--max-steps", "1024", "--eval-every", "512"]
     argv += ["--num-envs", "4", "--no-progress", "--config", "train_batch_size=512"]

@@ -22,11 +22,6 @@ from jaxlearner.checkpoint.metadata import FORMAT_VERSION
 FIXTURES = sorted(pathlib.Path(__file__).parent.joinpath("fixtures", "checkpoints").glob("format*"))
 
 
-@pytest.fixture(autouse=True)
-def no_compilation_cache(monkeypatch):
-    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
-
-
 def _copy(fixture, tmp_path):
     """The fixture's checkpoints, copied: restoring must not touch the committed files."""
     target = tmp_path / fixture.name

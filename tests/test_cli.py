@@ -35,12 +35,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def no_compilation_cache(monkeypatch):
-    """In-process runs must not point JAX at the real ~/.cache."""
-    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "tiny"
@@ -213,7 +207,7 @@ def _train_records(run):
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_saves_a_checkpoint_and_resume_continues(signal_number, tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    env = dict(os.environ)
     budget = ["--max-steps", "16384", "--eval-every", "4096", "--stop-reward", "1000"]
     tiny = [a for a in TINY[TINY.index("--num-envs") :] if a not in ("--checkpoint-every-steps",)]
     tiny.remove("1024")
@@ -257,6 +251,26 @@ def test_the_compilation_cache_fills_the_folder_given(run, tmp_path):
     child = _cli("eval", str(run), "--episodes", "2", "--compilation-cache", str(off), env=env)
     assert child.wait(timeout=120) == 0, child.communicate()
     assert not off.exists()
+    # Off means off, also where JAX's own variable would turn its cache on.
+    env["JAX_COMPILATION_CACHE_DIR"] = str(off)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # JAX would keep every program
+    child = _cli("eval", str(run), "--episodes", "2", "--no-compilation-cache", env=env)
+    assert child.wait(timeout=120) == 0, child.communicate()
+    assert not off.exists() or not any(off.iterdir())
+
+
+def test_the_default_cache_is_jaxs_own_variable_else_under_xdg_cache_home(run, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != NO_CACHE}
+    folders = {"JAX_COMPILATION_CACHE_DIR": tmp_path / "jax", "XDG_CACHE_HOME": tmp_path / "xdg"}
+    for variable, expected in [
+        ("JAX_COMPILATION_CACHE_DIR", folders["JAX_COMPILATION_CACHE_DIR"]),
+        ("XDG_CACHE_HOME", folders["XDG_CACHE_HOME"] / "jaxlearner" / "jax"),
+    ]:
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        env[variable] = str(folders[variable])
+        child = _cli("eval", str(run), "--episodes", "2", env=env)
+        assert child.wait(timeout=120) == 0, child.communicate()
+        assert any(expected.iterdir()), variable
 
 
 def test_help_runs_as_a_module():
@@ -287,14 +301,12 @@ def test_another_env_stops_at_gymnasiums_reward_threshold(tmp_path, capsys):
 
 
 def _shell(*argv, timeout=240):
-    """The command as a user types it (``python -m jaxlearner ...``), without the cache."""
-    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    """The command as a user types it (``python -m jaxlearner ...``)."""
     return subprocess.run(
         [sys.executable, "-m", "jaxlearner", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
     )
 
 

@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -171,7 +170,6 @@ def test_bad_input_from_the_shell_is_one_line_without_a_traceback(argv, message,
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"},
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr

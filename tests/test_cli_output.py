@@ -15,7 +15,7 @@ SMALL = ["--num-envs", "4", "--no-progress", "--config", "hidden_sizes=[16]"]
 
 def _train(out, *argv, env=None, timeout=300):
     """``python -m jaxlearner_cli train ...`` with stdout redirected to a pipe."""
-    environment = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1", **(env or {})}
+    environment = {**os.environ, **(env or {})}
     done = subprocess.run(
         [sys.executable, "-m", "jaxlearner_cli", "train", *argv, "--out", str(out)],
         capture_output=True,

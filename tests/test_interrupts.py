@@ -26,6 +26,7 @@ TRAIN = ["train", "ppo", "--max-steps", "1024", "--eval-every", "512", *TINY_PPO
 def interrupt(argv, delay, number):
     """Starts the command, sends ``number`` after ``delay`` seconds; ``None`` when the command
     had finished by then, else ``(status, stdout, stderr)``."""
+    # Interrupted at any moment, maybe while it writes to the compilation cache: kept out of it.
     env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
     child = subprocess.Popen(
         [sys.executable, "-m", "jaxlearner_cli", *argv],

@@ -163,7 +163,6 @@ def test_the_command_line_stops_with_one_line_and_exit_1(tmp_path):
     small += ["minibatch_size=128", "num_epochs=1", "hidden_sizes=[8]"]
     env = {
         **os.environ,
-        "JAXLEARNER_NO_COMPILATION_CACHE": "1",
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
     result = subprocess.run(

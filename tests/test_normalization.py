@@ -253,7 +253,6 @@ def test_anakin_keeps_one_set_of_statistics_per_seed():
 def test_the_command_line_trains_evaluates_and_records_with_the_statistics(tmp_path, monkeypatch):
     from jaxlearner.cli import main
 
-    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
     run = tmp_path / "run"
     tiny = ["--max-steps", "512", "--eval-every", "512", "--num-envs", "4", "--no-progress"]
     config = ["norm_obs=True", "norm_reward=True", "train_batch_size=256", "hidden_sizes=[8]"]

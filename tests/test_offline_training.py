@@ -20,11 +20,6 @@ CARTPOLE = gym.make("CartPole-v1")
 SMALL = {"hidden_sizes": (8,), "train_batch_size": 32}
 
 
-@pytest.fixture(autouse=True)
-def no_compilation_cache(monkeypatch):
-    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
-
-
 @pytest.fixture(scope="module")
 def random_dataset():
     """Ten CartPole episodes of an untrained BC policy (sampling)."""

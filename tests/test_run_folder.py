@@ -30,14 +30,12 @@ TINY = [
 
 
 def shell(*argv, timeout=300):
-    """``python -m jaxlearner ARGV``, as a user types it, without the compilation cache."""
-    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    """``python -m jaxlearner ARGV``, as a user types it."""
     return subprocess.run(
         [sys.executable, "-m", "jaxlearner", *map(str, argv)],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
     )
 
 
@@ -158,6 +156,7 @@ def test_a_resume_missing_a_setting_is_one_line(run):
 
 def test_a_live_run_owns_its_folder(tmp_path):
     out = tmp_path / "live"
+    # Killed at the end, maybe while it writes to the compilation cache: it keeps out of it.
     env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
     budget = ["--max-steps", "1000000", "--stop-reward", "100000"]
     live = subprocess.Popen(

@@ -11,7 +11,6 @@ import json
 import gymnasium as gym
 import jax
 import numpy as np
-import pytest
 
 import jaxlearner as jl
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
@@ -32,11 +31,6 @@ TRAINER_COUNTERS = {
     "recent_lengths": ["int"],
 }
 RUNNER_KEYS = ["obs", "resetting", "returns", "lengths", "first", "carry", "env_state_exact"]
-
-
-@pytest.fixture(autouse=True)
-def no_compilation_cache(monkeypatch):
-    monkeypatch.setenv("JAXLEARNER_NO_COMPILATION_CACHE", "1")
 
 
 def structure(value):

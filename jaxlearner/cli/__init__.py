@@ -26,8 +26,9 @@ made; bare ``jaxlearner`` prints the usage and exits with status 2.
 Ctrl-C (SIGINT) or SIGTERM during ``train`` finishes the iteration in flight,
 saves a checkpoint, prints how to continue (``jaxlearner train --resume RUN``)
 and exits with status 130 or 143. ``train`` and ``eval`` keep JAX's compiled
-programs in a persistent cache (``~/.cache/jaxlearner/jax``; ``--compilation-cache
-DIR``, or off with ``--no-compilation-cache`` or ``JAXLEARNER_NO_COMPILATION_CACHE=1``).
+programs in a persistent cache (``~/.cache/jaxlearner/jax``, or JAX's own
+``JAX_COMPILATION_CACHE_DIR`` when set; ``--compilation-cache DIR``, or off with
+``--no-compilation-cache`` or ``JAXLEARNER_NO_COMPILATION_CACHE=1``).
 """
 
 from jaxlearner.cli.defaults import DEFAULTS, Defaults

@@ -106,9 +106,12 @@ def _run(options: Options) -> int:
 def _compilation_cache(cache: CacheOptions) -> pathlib.Path | None:
     """Turns on JAX's persistent compilation cache, so a second run skips compiling."""
     off = os.environ.get(NO_CACHE_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
-    if cache.disabled or off:
-        return None
     import jax
+
+    if cache.disabled or off:
+        # Off even where $JAX_COMPILATION_CACHE_DIR turned JAX's own cache on.
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
 
     folder = (cache.folder or default_cache()).expanduser()
     try:

@@ -349,6 +349,9 @@ def _seed(text: str) -> int:
 
 
 def default_cache() -> pathlib.Path:
+    """$JAX_COMPILATION_CACHE_DIR (JAX's own variable) when set, else ~/.cache/jaxlearner/jax."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return pathlib.Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
     return pathlib.Path(base) / "jaxlearner" / "jax"
 
