@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import maybe_jit
+from helpers import assert_trees_close, maybe_jit
 
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
@@ -88,6 +88,88 @@ def test_postprocess_standardizes_advantages_and_flattens(jit):
     assert np.isfinite(float(metrics["default_policy"]["total_loss"]))
 
 
+def _sb3_standardized(advantages, rows):
+    """SB3's per-minibatch formula over ``rows`` of ``advantages`` (numpy)."""
+    chosen = np.asarray(advantages)[rows]
+    return (chosen - chosen.mean()) / (chosen.std(ddof=1) + 1e-8)
+
+
+def test_the_loss_can_standardize_its_minibatchs_advantages(jit):
+    # Row 3 is masked out: its advantage counts in neither the mean nor the std.
+    batch = {
+        "obs": jnp.zeros((4, 1)),
+        "actions": jnp.asarray([0, 1, 0, 1]),
+        "logp": jnp.log(jnp.asarray([0.25, 0.5, 0.9, 0.5])),
+        "dist_inputs": jnp.log(jnp.asarray([[0.25, 0.75], [0.5, 0.5], [0.9, 0.1], [0.5, 0.5]])),
+        "advantages": jnp.asarray([2.0, -1.0, 0.5, 100.0]),
+        "value_targets": jnp.ones(4),
+        "mask": jnp.asarray([1.0, 1.0, 1.0, 0.0]),
+    }
+    params = {"logits": jnp.zeros((4, 2)), "values": jnp.asarray([1.0, 3.0, 0.0, 50.0])}
+    ctx = jl.LossContext(
+        module_id="p",
+        apply=lambda p, obs: (p["logits"], p["values"]),
+        key=jax.random.key(0),
+        extra={"kl_coeff": jnp.asarray(0.2)},
+        hyperparams={
+            "clip_param": jnp.asarray(0.3),
+            "vf_clip_param": jnp.asarray(5.0),
+            "vf_loss_coeff": jnp.asarray(0.5),
+            "entropy_coeff": jnp.asarray(0.1),
+        },
+        counters={},
+    )
+    spec = DistributionSpec("categorical", (2,))
+    standardized = {
+        **batch,
+        "advantages": jnp.asarray([*_sb3_standardized(batch["advantages"], slice(0, 3)), 7.0]),
+    }
+    normalizing = ppo_loss(spec, use_kl_loss=True, normalize_advantages=True)
+    value, metrics = maybe_jit(lambda p, b: normalizing(p, b, ctx), jit)(params, batch)
+    expected, expected_metrics = ppo_loss(spec, use_kl_loss=True)(params, standardized, ctx)
+    np.testing.assert_allclose(value, expected, rtol=1e-6)
+    np.testing.assert_allclose(metrics["policy_loss"], expected_metrics["policy_loss"], rtol=1e-6)
+    raw, _ = ppo_loss(spec, use_kl_loss=True)(params, batch, ctx)
+    assert abs(float(raw) - float(value)) > 0.1  # the standardizing changed the loss
+
+
+def test_minibatch_normalization_trains_as_sb3_on_each_minibatchs_raw_advantages():
+    # One epoch of two unshuffled minibatches of 16: "minibatch" must take the steps that
+    # normalize_advantages=False takes on advantages standardized per 16 rows by hand.
+    config = {"train_batch_size": 32, "minibatch_size": 16, "num_epochs": 1, "shuffle": False}
+    config["hidden_sizes"] = (8,)
+    build = lambda normalize: jl.algorithms.build(
+        "ppo",
+        CARTPOLE.observation_space,
+        CARTPOLE.action_space,
+        {**config, "normalize_advantages": normalize},
+    )
+    per_minibatch, raw = build("minibatch"), build(False)
+    state = per_minibatch.learner.init(jax.random.key(0))
+    _, experience = collect(per_minibatch, state)
+    module = state.modules["default_policy"]
+    batch = per_minibatch.postprocess(module, experience)
+    raw_batch = raw.postprocess(module, experience)
+    np.testing.assert_array_equal(batch["advantages"], raw_batch["advantages"])  # not standardized
+    assert abs(float(batch["advantages"].std()) - 1.0) > 0.1
+    by_hand = np.concatenate(
+        [_sb3_standardized(batch["advantages"], slice(i, i + 16)) for i in (0, 16)]
+    )
+    updated, metrics = per_minibatch.learner.update(state, batch)
+    expected, expected_metrics = raw.learner.update(state, {**batch, "advantages": by_hand})
+    assert_trees_close(
+        updated.modules["default_policy"].params,
+        expected.modules["default_policy"].params,
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        metrics["default_policy"]["policy_loss"],
+        expected_metrics["default_policy"]["policy_loss"],
+        atol=1e-6,  # near 0: the standardized advantages' mean is 0 and the ratio near 1
+    )
+
+
 def test_recipe_and_config_validation():
     learner = jl.algorithms.ppo(CARTPOLE.observation_space, CARTPOLE.action_space, {"lr": 1e-3})
     assert learner.recipe["algorithm"] == "ppo"
@@ -112,6 +194,9 @@ def test_recipe_and_config_validation():
         jl.algorithms.PPOConfig(activation="relux")
     with pytest.raises(ValueError, match=r"PPOConfig.head_activation must be one of"):
         jl.algorithms.PPOConfig(head_activation="Relu")
+    for bad in ("mini", 1, None):
+        with pytest.raises(ValueError, match="normalize_advantages must be True, False, 'batch'"):
+            jl.algorithms.PPOConfig(normalize_advantages=bad)
     with pytest.raises(ValueError, match="Unknown algorithm 'a2c'; built-in algorithms"):
         jl.algorithms.build("a2c", CARTPOLE.observation_space, CARTPOLE.action_space)
     with pytest.raises(TypeError, match="supports action spaces"):

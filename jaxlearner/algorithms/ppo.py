@@ -23,8 +23,11 @@ field                         default         meaning (RLlib's name where it dif
 ``minibatch_size``            128
 ``num_epochs``                30
 ``shuffle``                   True            ``shuffle_batch_per_epoch``
-``normalize_advantages``      True            standardize over the train batch (RLlib's GAE
-                                              connector does this always)
+``normalize_advantages``      True            True or ``"batch"``: standardize over the train
+                                              batch (RLlib's GAE connector does this always);
+                                              ``"minibatch"``: each minibatch over its own rows,
+                                              unbiased std + 1e-8 (SB3's ``normalize_advantage``);
+                                              False: raw GAE advantages
 ``vf_share_layers``           False           one encoder for policy and value
 ``hidden_sizes``              (256, 256)      ``fcnet_hiddens``
 ``activation``                "tanh"          ``fcnet_activation``
@@ -138,7 +141,7 @@ class PPOConfig:
     minibatch_size: int = 128
     num_epochs: int = 30
     shuffle: bool = True
-    normalize_advantages: bool = True
+    normalize_advantages: bool | str = True
     vf_share_layers: bool = False
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
@@ -158,6 +161,12 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         check_ppo_fields(self)
+        normalize = self.normalize_advantages
+        if not (isinstance(normalize, bool) or normalize in ("batch", "minibatch")):
+            raise ValueError(
+                f"PPOConfig.normalize_advantages must be True, False, 'batch' or 'minibatch'; "
+                f"got {normalize!r}."
+            )
         check_positive(
             "PPOConfig", vf_clip_param=self.vf_clip_param, adam_epsilon=self.adam_epsilon
         )
@@ -190,6 +199,11 @@ class PPOConfig:
                 f"multiple of max_seq_len ({self.max_seq_len}) with use_lstm=True: a minibatch "
                 f"is minibatch_size // max_seq_len whole sequences."
             )
+
+
+def _per_minibatch(config: PPOConfig) -> bool:
+    """Whether the loss standardizes each minibatch's advantages (SB3's way)."""
+    return config.normalize_advantages == "minibatch"
 
 
 def make_learner(
@@ -246,14 +260,14 @@ def ppo_module(
             cell_size=config.lstm_cell_size,
             **common,
         )
-        loss = recurrent_ppo_loss(distribution, config.use_kl_loss)
+        loss = recurrent_ppo_loss(distribution, config.use_kl_loss, _per_minibatch(config))
         init_input = lambda batch: (batch["state_in"], batch["obs"][:, 0], batch["is_first"][:, 0])
         layout = ppo_sequence_batch_layout(
             observation_space, distribution, model, config.max_seq_len
         )
     else:
         model = actor_critic(observation_space, action_space, **common)
-        loss = ppo_loss(distribution, config.use_kl_loss)
+        loss = ppo_loss(distribution, config.use_kl_loss, _per_minibatch(config))
         init_input = lambda batch: batch["obs"]
         layout = ppo_batch_layout(observation_space, distribution)
     observers = normalization_for(config, config.gamma).observers(observation_space)
@@ -363,7 +377,7 @@ def _advantages(experience: Experience, next_values: jax.Array, config: PPOConfi
         config.lambda_,
     )
     mask = experience["valid"].astype(jnp.float32)
-    if config.normalize_advantages:
+    if config.normalize_advantages is True or config.normalize_advantages == "batch":
         count = jnp.maximum(mask.sum(), 1.0)
         mean = (advantages * mask).sum() / count
         std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)

@@ -37,7 +37,7 @@ from jaxlearner.core.context import LossContext
 from jaxlearner.types import Batch, Model, Params
 
 
-def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool, normalize_advantages: bool = False):
     """PPO's loss for a policy with ``distribution``; ``loss(params, batch, ctx)``.
 
     The batch holds ``[B]`` rows of ``obs``, ``actions``, ``logp`` (behaviour
@@ -45,7 +45,9 @@ def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
     ``advantages``, ``value_targets`` and ``mask`` (1 for rows to train on).
     Hyperparameters come from ``ctx.hyperparams`` (``clip_param``,
     ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``) and the KL
-    coefficient from ``ctx.extra["kl_coeff"]``.
+    coefficient from ``ctx.extra["kl_coeff"]``. With ``normalize_advantages`` the
+    minibatch's advantages are standardized over its own rows first
+    (:func:`standardize_advantages`, SB3's ``normalize_advantage``).
 
     Returns:
       A loss returning ``(total, metrics)`` with ``policy_loss``,
@@ -55,12 +57,22 @@ def ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
 
     def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[jax.Array, dict]:
         dist_inputs, values = ctx.apply(params, batch["obs"])
-        return ppo_objective(distribution, use_kl_loss, dist_inputs, values, batch, ctx)
+        return ppo_objective(
+            distribution,
+            use_kl_loss,
+            dist_inputs,
+            values,
+            batch,
+            ctx,
+            normalize_advantages=normalize_advantages,
+        )
 
     return loss
 
 
-def recurrent_ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
+def recurrent_ppo_loss(
+    distribution: DistributionSpec, use_kl_loss: bool, normalize_advantages: bool = False
+):
     """PPO's loss for a recurrent model, on ``[B, L]`` sequences; ``loss(params, batch, ctx)``.
 
     The batch holds sequences ``[B, L, ...]`` of the same keys as
@@ -83,7 +95,15 @@ def recurrent_ppo_loss(distribution: DistributionSpec, use_kl_loss: bool):
         steps = {k: v for k, v in batch.items() if k not in ("state_in", "is_first", "obs")}
         rows = lambda x: x.reshape(-1, *x.shape[2:])
         flat = jax.tree.map(rows, steps)
-        return ppo_objective(distribution, use_kl_loss, rows(dist_inputs), rows(values), flat, ctx)
+        return ppo_objective(
+            distribution,
+            use_kl_loss,
+            rows(dist_inputs),
+            rows(values),
+            flat,
+            ctx,
+            normalize_advantages=normalize_advantages,
+        )
 
     return loss
 
@@ -95,11 +115,15 @@ def ppo_objective(
     values: jax.Array,
     batch: Batch,
     ctx: LossContext,
+    *,
+    normalize_advantages: bool = False,
 ) -> tuple[jax.Array, dict]:
     """PPO's masked objective given the model's outputs ``dist_inputs [B, P]``, ``values [B]``.
 
     ``batch`` holds ``[B]`` rows of ``actions``, ``logp``, ``dist_inputs``,
-    ``advantages``, ``value_targets`` and ``mask``; see :func:`ppo_loss`.
+    ``advantages``, ``value_targets`` and ``mask``; see :func:`ppo_loss`. With
+    ``normalize_advantages`` the advantages are standardized over the rows first
+    (:func:`standardize_advantages`).
     """
     policy = make_distribution(distribution, dist_inputs)
     behaviour = make_distribution(distribution, batch["dist_inputs"])
@@ -109,6 +133,8 @@ def ppo_objective(
     hp = ctx.hyperparams
     ratio = jnp.exp(policy.log_prob(batch["actions"]) - batch["logp"])
     advantages = batch["advantages"]
+    if normalize_advantages:
+        advantages = standardize_advantages(advantages, mask)
     clip = hp["clip_param"]
     surrogate = clipped_surrogate(ratio, advantages, clip)
     vf_error = (values - batch["value_targets"]) ** 2
@@ -128,6 +154,21 @@ def ppo_objective(
         "clip_fraction": mean((jnp.abs(ratio - 1.0) > clip).astype(jnp.float32)),
         "vf_explained_var": explained,
     }
+
+
+def standardize_advantages(advantages: jax.Array, mask: jax.Array) -> jax.Array:
+    """``advantages [B]`` standardized over the rows where ``mask [B]`` is 1, as SB3's PPO
+    does each minibatch: ``(A - mean) / (std + 1e-8)`` with the unbiased standard deviation
+    (``torch.std``'s), left as they are when fewer than two rows count.
+
+    Example:
+      >>> standardize_advantages(jnp.array([1.0, 3.0, 50.0]), jnp.array([1.0, 1.0, 0.0]))
+      Array([-0.70710677,  0.70710677, 33.941124  ], dtype=float32)
+    """
+    count = mask.sum()
+    mean = (advantages * mask).sum() / jnp.maximum(count, 1.0)
+    std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / jnp.maximum(count - 1.0, 1.0))
+    return jnp.where(count > 1.0, (advantages - mean) / (std + 1e-8), advantages)
 
 
 def clipped_surrogate(ratio: jax.Array, advantages: jax.Array, clip: jax.Array) -> jax.Array:
