@@ -54,3 +54,20 @@ def keep_the_cache_settings():
     for name, value in before.items():
         if getattr(jax.config, name) != value:
             jax.config.update(name, value)
+
+
+@pytest.fixture(autouse=True)
+def keep_the_signal_handlers():
+    """A test (or the code it runs in-process, such as the command line's main) must leave
+    SIGINT's and SIGTERM's handlers as it found them: a run's stop on Ctrl-C only takes
+    over default handlers. A changed one is put back and fails the test."""
+    import signal
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    changed = {}
+    for number, handler in before.items():
+        if signal.getsignal(number) is not handler:
+            changed[signal.Signals(number).name] = signal.getsignal(number)
+            signal.signal(number, handler)
+    assert not changed, f"the test left signal handlers changed: {changed}"

@@ -817,6 +817,28 @@ def test_crash_mid_save_leaves_the_latest_complete_step(tmp_path):
     assert_identical(ckpt.restore(make_crash_learner()), state)
 
 
+def test_trainer_history_round_trips_through_arrays_with_non_finite_values():
+    from jaxlearner.training.history import from_columns, to_columns
+
+    history = [
+        {"iteration": 1.0, "episode_return_mean": float("nan")},
+        {"iteration": 2.0, "eval/return_mean": 500.0, "grad_norm": float("inf")},
+        {"iteration": 3.0, "env_steps": 2.0**53 + 2},  # float64 keeps every bit
+    ]
+    keys, values, present = to_columns(history)
+    assert keys == [
+        "iteration",
+        "episode_return_mean",
+        "eval/return_mean",
+        "grad_norm",
+        "env_steps",
+    ]
+    restored = from_columns(keys, values, present)
+    assert math.isnan(restored[0].pop("episode_return_mean"))
+    assert restored == [{"iteration": 1.0}, *history[1:]]
+    assert from_columns([], np.zeros((0, 0)), np.zeros((0, 0), bool)) == to_columns([])[0]
+
+
 def test_trainer_history_round_trips_through_json_with_non_finite_values():
     from jaxlearner.checkpoint.metadata import history_from_json, history_to_json
 

@@ -1,6 +1,7 @@
 """RunBook, the bookkeeping the three trainers hold: record, stop request, run, save, restore."""
 
 import dataclasses
+import math
 
 import flax.linen as nn
 import gymnasium as gym
@@ -141,7 +142,8 @@ def test_save_and_restore_counters_history_and_the_trainers_own_state(tmp_path):
             "time_total_s": 0.0,
             "per_policy": {"a": 5},
         }
-        assert extra["history"][1] == {"iteration": 2.0}
+        assert extra["history"] == {"keys": ["iteration", "eval/return_mean"], "length": 2}
+        np.testing.assert_array_equal(arrays["history"]["present"], [[1, 1], [1, 0]])
         np.testing.assert_array_equal(arrays["key"], key)
 
         fresh = RunBook(Counters(), owner="BookTrainer", counters_key="book_trainer")
@@ -150,8 +152,22 @@ def test_save_and_restore_counters_history_and_the_trainers_own_state(tmp_path):
     assert np.isnan(fresh.history[0].pop("eval/return_mean"))
     assert fresh.history == [{"iteration": 1.0}, {"iteration": 2.0}]
     assert restored.extra["seed"] == 3
+    assert sorted(restored.arrays) == ["key"]  # the trainer's own arrays, as it saved them
     np.testing.assert_array_equal(restored.arrays["key"], key)
     assert jax.tree.structure(restored.state) == jax.tree.structure(state)
+
+
+def test_a_history_whose_arrays_do_not_match_its_length_is_a_damaged_step():
+    from jaxlearner.training.run_book import _saved_history
+
+    saved = {"keys": ["iteration"], "length": 3}
+    columns = {"values": np.zeros((2, 1)), "present": np.ones((2, 1), bool)}
+    with pytest.raises(jl.CheckpointCorruptedError, match=r"3 iterations of 1 stats.*\(2, 1\)"):
+        _saved_history(saved, columns)
+    with pytest.raises(jl.CheckpointCorruptedError, match="its arrays hold none"):
+        _saved_history(saved, None)
+    assert _saved_history({"keys": [], "length": 0}, None) == []
+    assert math.isnan(_saved_history([{"iteration": "nan"}], None)[0]["iteration"])  # old list
 
 
 def test_restore_refuses_a_step_without_the_books_counters_or_one_check_refuses(tmp_path):

@@ -2,8 +2,10 @@
 
 Checkpoints already on disk must keep restoring, so the names and structure of a
 trainer's extra JSON (``"trainer"``, ``"history"``, ``"runner"``, ...) and extra
-arrays (``"key"``, ``"buffer"``, ``"behaviour_params"``) are held here as literals,
-as the trainers wrote them before they shared their bookkeeping.
+arrays (``"key"``, ``"buffer"``, ``"behaviour_params"``, ``"history"``) are held here as
+literals, as the trainers wrote them before they shared their bookkeeping. The history
+became arrays later (``{"keys", "length"}`` in the JSON, ``values`` and ``present`` arrays);
+steps with the JSON list before it still restore (tests/test_checkpoint_fixtures.py).
 """
 
 import json
@@ -14,6 +16,7 @@ import numpy as np
 
 import jaxlearner as jl
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
+from jaxlearner.training.history import from_columns
 from jaxlearner.training.multi_agent.env import GridSpread
 from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, policy_spaces
 from jaxlearner.training.offline.datasets import record_episodes
@@ -55,6 +58,17 @@ def as_json(value):
     return json.loads(json.dumps(value))
 
 
+def assert_history(extra, arrays, trainer):
+    """The history as arrays: its keys and length in the JSON, one row per iteration."""
+    keys = list(dict.fromkeys(key for entry in trainer.history for key in entry))
+    assert extra["history"] == {"keys": keys, "length": len(trainer.history)}
+    assert sorted(arrays["history"]) == ["present", "values"]
+    values, present = arrays["history"]["values"], arrays["history"]["present"]
+    assert values.dtype == np.float64 and present.dtype == np.bool_
+    assert values.shape == present.shape == (len(trainer.history), len(keys))
+    assert from_columns(keys, values, present) == trainer.history  # as they were
+
+
 def assert_key(arrays):
     assert np.asarray(arrays["key"]).shape == (2,) and arrays["key"].dtype == np.uint32
 
@@ -73,10 +87,10 @@ def test_an_on_policy_trainer_with_policy_lag_saves_counters_history_runner_and_
     assert list(extra) == ["trainer", "history", "runner"]
     assert structure(extra["trainer"]) == TRAINER_COUNTERS
     assert extra["trainer"]["iteration"] == 2 and extra["trainer"]["env_steps"] == 128
-    assert extra["history"] == trainer.history  # the stats of each iteration, as they were
+    assert_history(extra, arrays, trainer)
     assert list(extra["runner"]) == [*RUNNER_KEYS, "envs"]
     assert extra["runner"] == as_json(trainer.runner.get_state())
-    assert sorted(arrays) == ["behaviour_params", "key"]
+    assert sorted(arrays) == ["behaviour_params", "history", "key"]
     assert_key(arrays)
     # The params of the last policy_lag + 1 iterations' starts, each like the module's params.
     params = trainer.state.modules["default_policy"].params
@@ -102,9 +116,9 @@ def test_an_off_policy_trainer_saves_its_replay_feed(tmp_path):
         "updates_due": "float",
         "uncounted_env_steps": "int",
     }
-    assert extra["history"] == trainer.history
+    assert_history(extra, arrays, trainer)
     assert extra["runner"] == as_json(trainer.runner.get_state())
-    assert sorted(arrays) == ["buffer", "key"]
+    assert sorted(arrays) == ["buffer", "history", "key"]
     assert_key(arrays)
     assert sorted(arrays["buffer"]) == ["position", "size", "storage"]
 
@@ -126,11 +140,11 @@ def test_a_multi_agent_trainer_saves_its_counters_under_their_own_name(tmp_path)
         "recent_returns": [{"agent_0": "float", "agent_1": "float"}],
         "recent_lengths": ["int"],
     }
-    assert extra["history"] == trainer.history
+    assert_history(extra, arrays, trainer)
     assert list(extra["runner"]) == ["obs", "returns", "seen", "lengths", "envs"]
     assert extra["runner"] == as_json(trainer.runner.get_state())
     assert extra["groups"] == {"p0": ["agent_0"], "p1": ["agent_1"]}
-    assert sorted(arrays) == ["key"]
+    assert sorted(arrays) == ["history", "key"]
     assert_key(arrays)
 
 
@@ -148,7 +162,7 @@ def test_an_offline_trainer_saves_its_seed_and_dataset_description(tmp_path):
         "recent_returns": [],
         "recent_lengths": [],
     }
-    assert extra["history"] == trainer.history
+    assert_history(extra, arrays, trainer)
     assert extra["seed"] == 3
     assert extra["dataset"] == {
         "num_steps": dataset.num_steps,
@@ -156,5 +170,5 @@ def test_an_offline_trainer_saves_its_seed_and_dataset_description(tmp_path):
         "env": "CartPole-v1",
         "source": as_json(dict(dataset.source)),
     }
-    assert sorted(arrays) == ["key"]
+    assert sorted(arrays) == ["history", "key"]
     assert_key(arrays)

@@ -12,7 +12,9 @@ entries appended since its last call.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import final
+from typing import Any, final
+
+import numpy as np
 
 
 @final
@@ -61,3 +63,40 @@ def column(history: Sequence[Mapping[str, float]], key: str) -> list[float]:
     if isinstance(history, History):
         return history.column(key)
     return [float(entry[key]) for entry in history if key in entry]
+
+
+def to_columns(history: Sequence[Mapping[str, float]]) -> tuple[list[str], Any, Any]:
+    """``history`` as arrays, as checkpoints keep it: ``(keys, values, present)`` with
+    ``values [N, K]`` float64 (NaN and infinities as they are) and ``present [N, K]`` bool
+    (entry ``n`` has key ``k``); keys in the order they first appear.
+    :func:`from_columns` reads it back; JSON of 50,000 iterations' stats came to 75 MB.
+
+    Example:
+      >>> keys, values, present = to_columns([{"a": 1.0}, {"a": 2.0, "b": float("nan")}])
+      >>> keys, values.tolist(), present.tolist()
+      (['a', 'b'], [[1.0, 0.0], [2.0, nan]], [[True, False], [True, True]])
+    """
+    keys = list(dict.fromkeys(key for entry in history for key in entry))
+    index = {key: i for i, key in enumerate(keys)}
+    values = np.zeros((len(history), len(keys)), np.float64)
+    present = np.zeros((len(history), len(keys)), np.bool_)
+    for row, entry in enumerate(history):
+        columns = [index[key] for key in entry]
+        values[row, columns] = [float(value) for value in entry.values()]
+        present[row, columns] = True
+    return keys, values, present
+
+
+def from_columns(keys: Sequence[str], values: Any, present: Any) -> list[dict[str, float]]:
+    """The history :func:`to_columns` wrote: one dict of floats per row, with the keys the
+    row has, in ``keys``' order.
+
+    Example:
+      >>> from_columns(["a", "b"], np.array([[1.0, 0.0], [2.0, 5.0]]), np.array([[1, 0], [1, 1]]))
+      [{'a': 1.0}, {'a': 2.0, 'b': 5.0}]
+    """
+    present = np.asarray(present, np.bool_).tolist()
+    return [
+        {key: value for key, value, has in zip(keys, row, flags, strict=True) if has}
+        for row, flags in zip(np.asarray(values, np.float64).tolist(), present, strict=True)
+    ]

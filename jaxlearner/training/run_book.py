@@ -40,9 +40,9 @@ from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.state import LearnerState, ModuleState
-from jaxlearner.errors import NonFiniteError
+from jaxlearner.errors import CheckpointCorruptedError, NonFiniteError
 from jaxlearner.training.env_runner import EnvRunner, evaluate
-from jaxlearner.training.history import History
+from jaxlearner.training.history import History, from_columns, to_columns
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.outputs.run_config import ConfigWriter
 from jaxlearner.training.run_loop import Steppable, evaluation_row, run_loop
@@ -201,19 +201,22 @@ class RunBook(Generic[CountersT]):
         step = self.counters.iteration
         if metrics is None:
             metrics = self.history[-1] if self.history else {}
+        if "history" in arrays:
+            raise ValueError("A trainer's own extra arrays cannot be named 'history'.")
+        keys, values, present = to_columns(self.history)
         saved = {
             self._counters_key: dataclasses.asdict(self.counters),
-            # JSON has no NaN: flat stats come out with non-finite values as "nan"/"inf".
-            "history": checkpoint_metadata.history_to_json(self.history),
+            "history": {"keys": keys, "length": len(self.history)},  # arrays: [length, keys]
             **extra,
         }
+        columns = {"history": {"values": values, "present": present}} if self.history else {}
         checkpoint.save(
             step,
             state,
             learner,
             metrics=dict(metrics),
             extra=saved,
-            extra_arrays=dict(arrays),
+            extra_arrays={**arrays, **columns},
         )
         return step
 
@@ -253,8 +256,10 @@ class RunBook(Generic[CountersT]):
         if check is not None:
             check(extra)
         self.counters = type(self.counters)(**extra[self._counters_key])
-        self.history = History(checkpoint_metadata.history_from_json(extra.get("history", [])))
-        return RestoredRun(state, extra, dict(arrays))
+        arrays = dict(arrays)
+        columns = arrays.pop("history", None)
+        self.history = History(_saved_history(extra.get("history", []), columns))
+        return RestoredRun(state, extra, arrays)
 
     def evaluate(
         self,
@@ -291,6 +296,21 @@ class RunBook(Generic[CountersT]):
         """Closes the writers."""
         for writer in self._writers:
             writer.close()
+
+
+def _saved_history(saved: Any, columns: Mapping[str, Any] | None) -> list[dict[str, float]]:
+    """The history a step holds: ``{"keys", "length"}`` beside the arrays ``columns``, or a
+    JSON list of dicts (steps saved before the history became arrays)."""
+    if isinstance(saved, list):
+        return checkpoint_metadata.history_from_json(saved)
+    length, keys = saved["length"], saved["keys"]
+    shape = None if columns is None else tuple(columns["values"].shape)
+    if length and shape != (length, len(keys)):
+        raise CheckpointCorruptedError(
+            f"The step's history has {length} iterations of {len(keys)} stats, but its arrays "
+            f"hold {'none' if shape is None else shape}."
+        )
+    return from_columns(keys, columns["values"], columns["present"]) if length else []
 
 
 def book_attribute(name: str, doc: str) -> property:
