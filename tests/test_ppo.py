@@ -15,6 +15,23 @@ from jaxlearner.training.env_runner import EnvRunner
 CARTPOLE = gym.make("CartPole-v1")
 
 
+def loss_context():
+    """The context of the hand-computed loss tests: params hold the logits and values."""
+    return jl.LossContext(
+        module_id="p",
+        apply=lambda p, obs: (p["logits"], p["values"]),
+        key=jax.random.key(0),
+        extra={"kl_coeff": jnp.asarray(0.2)},
+        hyperparams={
+            "clip_param": jnp.asarray(0.3),
+            "vf_clip_param": jnp.asarray(5.0),
+            "vf_loss_coeff": jnp.asarray(0.5),
+            "entropy_coeff": jnp.asarray(0.1),
+        },
+        counters={},
+    )
+
+
 def test_ppo_loss_matches_hand_computed_values(jit):
     # Two actions. Row 0: new probs [.5, .5], action 0, old logp log .25 -> ratio 2,
     # advantage 1 -> surrogate min(2, clip(2, .7, 1.3)) = 1.3. Row 1: ratio 1, advantage -1
@@ -34,19 +51,7 @@ def test_ppo_loss_matches_hand_computed_values(jit):
         "mask": jnp.asarray([1.0, 1.0, 0.0]),
     }
     params = {"logits": jnp.zeros((3, 2)), "values": jnp.asarray([1.0, 3.0, 50.0])}
-    ctx = jl.LossContext(
-        module_id="p",
-        apply=lambda p, obs: (p["logits"], p["values"]),
-        key=jax.random.key(0),
-        extra={"kl_coeff": jnp.asarray(0.2)},
-        hyperparams={
-            "clip_param": jnp.asarray(0.3),
-            "vf_clip_param": jnp.asarray(5.0),
-            "vf_loss_coeff": jnp.asarray(0.5),
-            "entropy_coeff": jnp.asarray(0.1),
-        },
-        counters={},
-    )
+    ctx = loss_context()
     loss = ppo_loss(DistributionSpec("categorical", (2,)), use_kl_loss=True)
     value, metrics = maybe_jit(lambda p, b: loss(p, b, ctx), jit)(params, batch)
     np.testing.assert_allclose(value, total, rtol=1e-5)
@@ -106,19 +111,7 @@ def test_the_loss_can_standardize_its_minibatchs_advantages(jit):
         "mask": jnp.asarray([1.0, 1.0, 1.0, 0.0]),
     }
     params = {"logits": jnp.zeros((4, 2)), "values": jnp.asarray([1.0, 3.0, 0.0, 50.0])}
-    ctx = jl.LossContext(
-        module_id="p",
-        apply=lambda p, obs: (p["logits"], p["values"]),
-        key=jax.random.key(0),
-        extra={"kl_coeff": jnp.asarray(0.2)},
-        hyperparams={
-            "clip_param": jnp.asarray(0.3),
-            "vf_clip_param": jnp.asarray(5.0),
-            "vf_loss_coeff": jnp.asarray(0.5),
-            "entropy_coeff": jnp.asarray(0.1),
-        },
-        counters={},
-    )
+    ctx = loss_context()
     spec = DistributionSpec("categorical", (2,))
     standardized = {
         **batch,

@@ -298,19 +298,10 @@ def json_metrics(metrics: Metrics | None) -> dict[str, float | str]:
     return flat
 
 
-def history_to_json(history: Sequence[Mapping[str, float]]) -> list[dict[str, float | str]]:
-    """A trainer's history (flat stats per iteration) as JSON values, via :func:`json_metrics`
-    (non-finite values as strings); :func:`history_from_json` reads it back.
-
-    Example:
-      >>> history_to_json([{"episode_return_mean": float("nan")}])
-      [{'episode_return_mean': 'nan'}]
-    """
-    return [json_metrics(entry) for entry in history]
-
-
 def history_from_json(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
-    """The history :func:`history_to_json` wrote, as floats again (``"nan"`` becomes NaN).
+    """A history saved as a JSON list of flat stats (the layout before
+    :func:`~jaxlearner.training.history.to_columns`; non-finite values as ``"nan"``/``"inf"``),
+    as floats again.
 
     Example:
       >>> history_from_json([{"episode_return_mean": "nan", "iteration": 3.0}])
