@@ -25,6 +25,15 @@ def maybe_jit(fn, use_jit):
     return eager
 
 
+def environ_without_compilation_cache():
+    """``os.environ`` for a child process kept out of the tests' compilation cache (JAX's
+    variable removed, the command line's off switch set): one killed mid-run could leave an
+    entry half written, and two started together could read each other's half written."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["JAXLEARNER_NO_COMPILATION_CACHE"] = "1"
+    return env
+
+
 def regression_batch(size=64, features=3, seed=0):
     """``{"x": [size, features], "y": [size]}`` float32 with a linear target."""
     rng = np.random.default_rng(seed)

@@ -23,7 +23,14 @@ import orbax.checkpoint as ocp
 import pytest
 from checkpoint_child import make_learner as make_crash_learner
 from checkpoint_child import state_after
-from helpers import ActorCritic, actor_critic_loss, assert_trees_close, mse_loss, regression_batch
+from helpers import (
+    ActorCritic,
+    actor_critic_loss,
+    assert_trees_close,
+    environ_without_compilation_cache,
+    mse_loss,
+    regression_batch,
+)
 
 import jaxlearner as jl
 from jaxlearner.checkpoint.manager import CheckpointCorruptedError, CheckpointManager
@@ -780,8 +787,7 @@ def test_crash_mid_save_leaves_the_latest_complete_step(tmp_path):
                 [sys.executable, str(child), str(directory)],
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                # Killed mid-save, maybe mid-write to the tests' compilation cache: kept out.
-                env={k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"},
+                env=environ_without_compilation_cache(),  # killed mid-save, maybe mid-write
             )
         try:
             deadline = time.monotonic() + 120

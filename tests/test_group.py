@@ -1,6 +1,5 @@
 """A learner placed on a mesh: data-parallel updates equal the single-device update; hosts."""
 
-import os
 import socket
 import subprocess
 import sys
@@ -13,7 +12,13 @@ import numpy as np
 import optax
 import pytest
 from group_problem import UPDATES, global_batch, make_learner
-from helpers import assert_trees_close, mse_loss, regression_batch, tree_equal
+from helpers import (
+    assert_trees_close,
+    environ_without_compilation_cache,
+    mse_loss,
+    regression_batch,
+    tree_equal,
+)
 from jax.sharding import Mesh
 
 import jaxlearner as jl
@@ -239,11 +244,6 @@ def test_update_returns_without_waiting_for_the_devices():
     assert not all(waited), "update waited for the state's values in every try"
 
 
-# The two processes compile the same programs at once: one could read the other's cache entry
-# half written, so they compile without the tests' compilation cache.
-WITHOUT_CACHE = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-
-
 def _free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -260,7 +260,7 @@ def test_two_processes_equal_one_process_with_eight_devices(tmp_path):
             [sys.executable, str(worker), str(port), str(i), str(outputs[i])],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=WITHOUT_CACHE,
+            env=environ_without_compilation_cache(),  # both compile the same programs at once
         )
         for i in range(2)
     ]

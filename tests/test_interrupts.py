@@ -10,7 +10,6 @@ line (its own start-up, some 50 ms) is Python's and is not tried.
 """
 
 import contextlib
-import os
 import random
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import sys
 import time
 
 import pytest
-from helpers import TINY_PPO_OPTIONS
+from helpers import TINY_PPO_OPTIONS, environ_without_compilation_cache
 
 TRAIN = ["train", "ppo", "--max-steps", "1024", "--eval-every", "512", *TINY_PPO_OPTIONS]
 
@@ -26,8 +25,8 @@ TRAIN = ["train", "ppo", "--max-steps", "1024", "--eval-every", "512", *TINY_PPO
 def interrupt(argv, delay, number):
     """Starts the command, sends ``number`` after ``delay`` seconds; ``None`` when the command
     had finished by then, else ``(status, stdout, stderr)``."""
-    # Interrupted at any moment, maybe while it writes to the compilation cache: kept out of it.
-    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    # Interrupted at any moment, maybe while it writes to the compilation cache.
+    env = environ_without_compilation_cache()
     child = subprocess.Popen(
         [sys.executable, "-m", "jaxlearner_cli", *argv],
         stdout=subprocess.PIPE,

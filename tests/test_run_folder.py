@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from helpers import environ_without_compilation_cache
 
 from jaxlearner.files import JSONLinesError, read_json_lines, write_atomic
 from jaxlearner.folder_lock import LOCK_FILE, FolderBusyError, FolderLock
@@ -156,8 +157,7 @@ def test_a_resume_missing_a_setting_is_one_line(run):
 
 def test_a_live_run_owns_its_folder(tmp_path):
     out = tmp_path / "live"
-    # Killed at the end, maybe while it writes to the compilation cache: it keeps out of it.
-    env = {**os.environ, "JAXLEARNER_NO_COMPILATION_CACHE": "1"}
+    env = environ_without_compilation_cache()  # killed at the end, maybe mid-write to it
     budget = ["--max-steps", "1000000", "--stop-reward", "100000"]
     live = subprocess.Popen(
         [sys.executable, "-m", "jaxlearner", "train", "ppo", "--out", str(out), *budget, *TINY],

@@ -104,6 +104,7 @@ from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recur
 from jaxlearner.algorithms.networks.spaces import bounds
 from jaxlearner.algorithms.objectives.ppo_objective import (
     check_ppo_fields,
+    masked_mean_std,
     ppo_batch_layout,
     ppo_loss,
     ppo_sequence_batch_layout,
@@ -377,10 +378,8 @@ def _advantages(experience: Experience, next_values: jax.Array, config: PPOConfi
         config.lambda_,
     )
     mask = experience["valid"].astype(jnp.float32)
-    if config.normalize_advantages is True or config.normalize_advantages == "batch":
-        count = jnp.maximum(mask.sum(), 1.0)
-        mean = (advantages * mask).sum() / count
-        std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / count)
+    if config.normalize_advantages in (True, "batch"):
+        mean, std = masked_mean_std(advantages, mask)
         advantages = (advantages - mean) / jnp.maximum(std, 1e-4)
     return {
         "obs": experience["obs"],

@@ -165,10 +165,21 @@ def standardize_advantages(advantages: jax.Array, mask: jax.Array) -> jax.Array:
       >>> standardize_advantages(jnp.array([1.0, 3.0, 50.0]), jnp.array([1.0, 1.0, 0.0]))
       Array([-0.70710677,  0.70710677, 33.941124  ], dtype=float32)
     """
+    mean, std = masked_mean_std(advantages, mask, ddof=1)
+    return jnp.where(mask.sum() > 1.0, (advantages - mean) / (std + 1e-8), advantages)
+
+
+def masked_mean_std(x: jax.Array, mask: jax.Array, ddof: int = 0) -> tuple[jax.Array, jax.Array]:
+    """The mean and standard deviation of ``x [B]`` over the rows where ``mask [B]`` is 1,
+    the squared deviations divided by ``max(count - ddof, 1)`` (``ddof=1``: unbiased).
+
+    Example:
+      >>> masked_mean_std(jnp.array([1.0, 3.0, 50.0]), jnp.array([1.0, 1.0, 0.0]))
+      (Array(2., dtype=float32), Array(1., dtype=float32))
+    """
     count = mask.sum()
-    mean = (advantages * mask).sum() / jnp.maximum(count, 1.0)
-    std = jnp.sqrt((((advantages - mean) * mask) ** 2).sum() / jnp.maximum(count - 1.0, 1.0))
-    return jnp.where(count > 1.0, (advantages - mean) / (std + 1e-8), advantages)
+    mean = (x * mask).sum() / jnp.maximum(count, 1.0)
+    return mean, jnp.sqrt((((x - mean) * mask) ** 2).sum() / jnp.maximum(count - ddof, 1.0))
 
 
 def clipped_surrogate(ratio: jax.Array, advantages: jax.Array, clip: jax.Array) -> jax.Array:
