@@ -103,9 +103,13 @@ def test_the_cartpole_ppo_row_is_what_the_command_line_used_before():
     )
     config, row = jl.algorithms.preset("ppo", "CartPole-v1")
     # 1e10 instead of 1e6: no clipping either way (CartPole's squared errors stay below 2500);
-    # and Adam's epsilon is now SB3's for PPO.
-    assert config.adam_epsilon == 1e-5
-    assert dataclasses.replace(config, vf_clip_param=1e6, adam_epsilon=1e-8) == before
+    # Adam's epsilon and the advantages' standardization (per minibatch, here the whole batch
+    # of 256) are now SB3's for PPO.
+    assert (config.adam_epsilon, config.normalize_advantages) == (1e-5, "minibatch")
+    restored = dataclasses.replace(
+        config, vf_clip_param=1e6, adam_epsilon=1e-8, normalize_advantages=True
+    )
+    assert restored == before
     assert (row.num_envs, row.max_steps, row.eval_every) == (8, 100_000, 2048)
 
 
@@ -248,6 +252,14 @@ def test_zoo_ppo_rows_use_sb3s_adam_epsilon_and_the_library_keeps_pytorchs():
     assert jl.algorithms.PPOConfig().adam_epsilon == 1e-8
     with pytest.raises(ValueError, match="adam_epsilon"):
         jl.algorithms.PPOConfig(adam_epsilon=0.0)
+
+
+def test_zoo_ppo_rows_standardize_advantages_per_minibatch_as_sb3():
+    rows = jl.algorithms.presets.preset_rows("ppo", origin="rl_zoo3")
+    assert rows and all(row.config["normalize_advantages"] == "minibatch" for row in rows)
+    off = zoo_row("ppo", "E-v0", "E-v0", {"n_timesteps": 1e4, "normalize_advantage": False})
+    assert off.config["normalize_advantages"] is False
+    assert jl.algorithms.PPOConfig().normalize_advantages is True  # the library's: RLlib's
 
 
 def test_ppos_adam_gets_the_configs_epsilon():

@@ -31,6 +31,9 @@ SB3 / RL Zoo                           jaxlearner
 ``gae_lambda``                         PPO: ``lambda_``
 ``clip_range``                         PPO: ``clip_param`` (a constant or ``lin_`` schedule)
 ``clip_range_vf=None``                 PPO: ``vf_clip_param=1e10`` (ours clips the squared error)
+``normalize_advantage``                PPO: ``normalize_advantages="minibatch"`` (SB3 standardizes
+                                       each minibatch's advantages, unbiased std; ``False`` as
+                                       written)
 (no KL penalty)                        PPO: ``use_kl_loss=False``
 ``ent_coef``                           PPO: ``entropy_coeff``; SAC: ``'auto'`` learns the
                                        temperature from ``initial_alpha=1`` (``'auto_X'``: from X)
@@ -67,10 +70,11 @@ SB3 / RL Zoo                           jaxlearner
 =====================================  =============================================================
 
 Evaluation: RL Zoo evaluates every 25,000 env steps (``rl_zoo3/train.py``'s ``--eval-freq``);
-rows with smaller budgets evaluate 20 times. Known differences that remain: SB3's PPO uses
-Adam with ``eps=1e-5`` (ours 1e-8), standardizes advantages per minibatch (ours over the train
-batch) and evaluates a ``lin_`` schedule after collecting the rollout (ours before, one batch
-earlier); SB3's SAC clamps its log-std to ``[-20, 2]`` (ours squashes it into ``[-5, 2]``);
+rows with smaller budgets evaluate 20 times. Known differences that remain: SB3's PPO
+evaluates a ``lin_`` schedule after collecting the rollout (ours before, one batch earlier);
+``VecNormalize`` updates its statistics at every env step and normalizes each observation with
+them, where ours update once per collected batch and a rollout acts with the statistics of the
+batches before it; SB3's SAC clamps its log-std to ``[-20, 2]`` (ours squashes it into ``[-5, 2]``);
 SB3's SAC and DQN networks use PyTorch's default initialisation (ours orthogonal).
 """
 

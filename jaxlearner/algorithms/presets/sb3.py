@@ -38,6 +38,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     "ent_coef": 0.0,
     "vf_coef": 0.5,
     "max_grad_norm": 0.5,
+    "normalize_advantage": True,
 }
 """SB3 ``PPO``'s defaults; its ``MlpPolicy``: separate 64x64 tanh pi and vf networks,
 ``ortho_init=True``, ``log_std_init=0``."""
@@ -189,7 +190,7 @@ def _take(values: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]
 
 def _ppo(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -> dict[str, Any]:
     """PPO's fields: one rollout of ``n_steps`` per env is the train batch; no KL term and no
-    value clipping, as SB3's PPO."""
+    value clipping, and advantages standardized per minibatch, as SB3's PPO."""
     zoo = _take(values, PPO_DEFAULTS)
     train_batch_size = int(zoo["n_steps"]) * num_envs
     minibatch_size = min(int(zoo["batch_size"]), train_batch_size)
@@ -213,6 +214,7 @@ def _ppo(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
         "train_batch_size": train_batch_size,
         "minibatch_size": minibatch_size,
         "num_epochs": int(zoo["n_epochs"]),
+        "normalize_advantages": "minibatch" if zoo["normalize_advantage"] else False,
     }
 
 
