@@ -6,6 +6,7 @@ import os
 import pathlib
 import re
 import shutil
+import threading
 
 import flax.linen as nn
 import jax
@@ -23,6 +24,31 @@ def maybe_jit(fn, use_jit):
             return fn(*args, **kwargs)
 
     return eager
+
+
+class CompileCounter:
+    """XLA compilations while in use: ``events`` holds ``(function name, thread name)`` of
+    each (JAX's ``backend_compile_duration`` event), ``count`` their number."""
+
+    def __enter__(self):
+        self.events = []
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        return self
+
+    def _listen(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.events.append((kwargs.get("fun_name", ""), threading.current_thread().name))
+
+    def __exit__(self, *exc):
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    @property
+    def count(self):
+        return len(self.events)
+
+    def of(self, name):
+        """The events of functions called ``name`` (``jit(name)`` in JAX's words)."""
+        return [event for event in self.events if event[0] == f"jit({name})"]
 
 
 def environ_without_compilation_cache():

@@ -8,7 +8,13 @@ import gymnasium as gym
 import jax
 import numpy as np
 import pytest
-from helpers import assert_same_stats, assert_trees_close, interrupted_and_resumed, tree_equal
+from helpers import (
+    CompileCounter,
+    assert_same_stats,
+    assert_trees_close,
+    interrupted_and_resumed,
+    tree_equal,
+)
 
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.spaces import space_to_json
@@ -26,22 +32,6 @@ def random_dataset():
     algorithm = jl.algorithms.build("bc", CARTPOLE.observation_space, CARTPOLE.action_space, SMALL)
     module = algorithm.learner.init(jax.random.key(0)).modules["default_policy"]
     return record_episodes(algorithm.explore, module, "CartPole-v1", 10, num_envs=5, seed=1)
-
-
-class CompileCounter:
-    """Counts XLA compilations while in use."""
-
-    def __enter__(self):
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-        return self
-
-    def _listen(self, event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.count += 1
-
-    def __exit__(self, *exc):
-        jax.monitoring.unregister_event_duration_listener(self._listen)
 
 
 def test_a_dataset_of_other_spaces_is_refused_before_anything_compiles(random_dataset):

@@ -279,30 +279,44 @@ class Learner:
           >>> state, metrics = learner.update(state, batch)          # doctest: +SKIP
           >>> float(metrics["policy"]["total_loss"])                  # doctest: +SKIP
         """
+        update, args = self._update_and_args(state, batch, env_steps)
+        return update(*args)
+
+    def compile_update(
+        self, state: Any, batch: Batch, *, env_steps: int | Mapping[str, int] | None = None
+    ) -> jax.stages.Compiled:
+        """:meth:`update` compiled ahead of time for a state and batch of these shapes (arrays,
+        or ``jax.ShapeDtypeStruct`` as :func:`jax.eval_shape` gives them; each process's
+        slice, as for :meth:`update`), checked as :meth:`update` checks them. JAX keeps the
+        program, so the first :meth:`update` on such inputs does not compile; thread-safe
+        (the Trainer compiles on a thread while it collects its first rollout). Raises as
+        :meth:`update` does, and ``ValueError`` for a learner built with ``jit=False``.
+
+        Example:
+          >>> shapes = jax.eval_shape(learner.init, jax.random.key(0))  # doctest: +SKIP
+          >>> compiled = learner.compile_update(shapes, batch_shapes)   # doctest: +SKIP
+        """
+        if not self._config.jit:
+            raise ValueError("This learner runs eagerly (jit=False); there is nothing to compile.")
+        update, args = self._update_and_args(self._placement.shaped(state), batch, env_steps)
+        return update.lower(*args).compile()
+
+    def _update_and_args(self, state: Any, batch: Batch, env_steps: Any) -> tuple[Any, tuple]:
         batch, counted, trained = self._checks.batch_to_train(state, batch, env_steps)
         update = self._functions.for_modules(trained).compiled_update
-        return update(state, self._placement.global_batch(batch), counted)
+        return update, (state, self._placement.global_batch(batch), counted)
 
     def compute_gradients(self, state: LearnerState, batch: Batch) -> tuple[Gradients, StepMetrics]:
         """RLlib's ``compute_gradients``: each trained module's gradient over the whole batch.
 
-        One gradient per module, shaped like its params (each leaf its own
-        optimizer's, before clipping), of the loss at ``state`` on all of
-        ``batch``: no epochs, minibatches or shuffling; the losses get the
-        ``ctx.key`` the first step of :meth:`update` would. Jitted, compiled
-        once per batch shape.
-
-        Args:
-          state: the current state (not changed).
-          batch: as for :meth:`update`; its rows need not fill a minibatch.
-
-        Returns:
-          ``(grads, metrics)``: ``{module_id: grads}`` for the batch's trained
-          modules, and the step's metrics (losses, ``grad_norm/NAME`` before
-          clipping, ``hyperparams/NAME``; ``"__all__"/total_loss``).
-
-        Raises:
-          KeyError, ValueError, TypeError: as :meth:`update`.
+        Returns ``(grads, metrics)``: ``{module_id: grads}`` for the batch's trained modules,
+        shaped like their params (each leaf its own optimizer's, before clipping), of the loss
+        at ``state`` (not changed) on all of ``batch`` (as for :meth:`update`; its rows need
+        not fill a minibatch), with no epochs, minibatches or shuffling; the losses get the
+        ``ctx.key`` the first step of :meth:`update` would. The metrics are the step's
+        (losses, ``grad_norm/NAME`` before clipping, ``hyperparams/NAME``;
+        ``"__all__"/total_loss``). Jitted, compiled once per batch shape; raises as
+        :meth:`update` does.
 
         Example:
           >>> grads, metrics = learner.compute_gradients(state, batch)   # doctest: +SKIP
@@ -316,12 +330,10 @@ class Learner:
     def postprocess_gradients(self, state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
         """RLlib's ``postprocess_gradients``: the clipping each optimizer applies, on its own.
 
-        Each named optimizer's ``grad_clip`` by its ``grad_clip_by``, over its own
-        params; the gradients of optimizers that do not clip come back as they were.
-
-        Raises:
-          TypeError, KeyError, ValueError: unless ``grads`` is ``{trained module:
-            params-shaped tree}``; the module and leaf are named.
+        Each named optimizer's ``grad_clip`` by its ``grad_clip_by``, over its own params; the
+        gradients of optimizers that do not clip come back as they were. Raises ``TypeError``,
+        ``KeyError`` or ``ValueError`` (naming the module and leaf) unless ``grads`` is
+        ``{trained module: params-shaped tree}``.
 
         Example:
           >>> clipped = learner.postprocess_gradients(state, grads)     # doctest: +SKIP
@@ -347,18 +359,13 @@ class Learner:
         one unshuffled minibatch (given its ``metrics`` and ``env_steps``), but for
         ``after="update_start"`` updates, which only :meth:`update` runs.
 
-        Args:
-          state: the state the gradients were computed at (not changed, unless
-            ``donate_state``).
-          grads: ``{module_id: grads}`` of trained modules, shaped like their params.
-          metrics: :meth:`compute_gradients`'s, for the additional updates (and
-            ``skip_nonfinite``'s check of the loss); default none.
-          env_steps: env steps to count, for ``env_steps`` schedules and counters:
-            one int for every module of ``grads``, or one per module; default 0.
-
-        Raises:
-          TypeError, KeyError, ValueError: as :meth:`postprocess_gradients`, or for
-            a state from another learner (naming the module and optimizer).
+        ``state`` is the one the gradients were computed at (not changed, unless
+        ``donate_state``); ``grads`` ``{module_id: grads}`` of trained modules, shaped like
+        their params; ``metrics`` :meth:`compute_gradients`'s, for the additional updates (and
+        ``skip_nonfinite``'s check of the loss; default none); ``env_steps`` the env steps to
+        count for ``env_steps`` schedules and counters (one int for every module of
+        ``grads``, or one per module; default 0). Raises as :meth:`postprocess_gradients`,
+        or for a state from another learner (naming the module and optimizer).
 
         Example:
           >>> state = learner.apply_gradients(state, grads, env_steps=256)  # doctest: +SKIP
@@ -408,15 +415,9 @@ class Learner:
     def validate(
         self, state: Any, batch: Batch, env_steps: int | Mapping[str, int] | None = None
     ) -> tuple[dict[str, Batch], dict[str, np.ndarray]]:
-        """Checks a state and batch in Python, before anything is traced.
-
-        Returns:
-          ``(batch, env_steps)`` as the pure update function takes them:
-          ``{module_id: batch}`` (this process's slices) and ``{module_id: int32}``.
-
-        Raises:
-          KeyError, ValueError, TypeError: see :meth:`update`.
-        """
+        """Checks a state and batch in Python, before anything is traced (raising as
+        :meth:`update`); returns ``(batch, env_steps)`` as the pure update function takes
+        them: ``{module_id: batch}`` (this process's slices) and ``{module_id: int32}``."""
         return self._checks.batch(state, batch, env_steps)
 
     def check_state(self, state: Any) -> None:

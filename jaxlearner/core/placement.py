@@ -199,6 +199,21 @@ class Placement:
             return jax.device_put(state, sharding)
         return jax.tree.map(lambda x: _replicate(x, sharding), state)
 
+    def shaped(self, state: PyTree) -> PyTree:
+        """A state's ``jax.ShapeDtypeStruct`` leaves placed here (replicated over the mesh), as
+        a placed state's arrays are, so that a program compiled ahead from them is the one
+        the arrays find; without a mesh, or for other leaves, as given."""
+        sharding = self.state_sharding
+        if sharding is None:
+            return state
+
+        def place(x: Any) -> Any:
+            if isinstance(x, jax.ShapeDtypeStruct):
+                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+            return x
+
+        return jax.tree.map(place, state)
+
     def get(self, state: PyTree) -> PyTree:
         """A copy of a replicated state on one local device."""
         if self.mesh is None:
@@ -206,18 +221,23 @@ class Placement:
         return jax.tree.map(lambda x: x.addressable_shards[0].data, state)
 
     def global_batch(self, batch: Mapping[str, Batch]) -> dict[str, Batch]:
-        """Each process's slice of ``{module_id: batch}`` as one global, sharded batch.
+        """Each process's slice of ``{module_id: batch}`` as one global, sharded batch; a
+        ``jax.ShapeDtypeStruct`` slice (ahead-of-time compilation) as the global one's shape.
 
         Raises:
           ValueError: see :meth:`check_split`.
         """
         if self.mesh is None:
             return dict(batch)
-        sharding = self.batch_sharding
-        return {
-            m: jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), b)
-            for m, b in batch.items()
-        }
+        sharding, processes = self.batch_sharding, jax.process_count()
+
+        def global_leaf(x: Any) -> Any:
+            if isinstance(x, jax.ShapeDtypeStruct):
+                shape = (x.shape[0] * processes, *x.shape[1:])
+                return jax.ShapeDtypeStruct(shape, x.dtype, sharding=sharding)
+            return jax.make_array_from_process_local_data(sharding, x)
+
+        return {m: jax.tree.map(global_leaf, b) for m, b in batch.items()}
 
     def check_split(self, module_id: str, size: int, minibatch_size: int | None) -> None:
         """Raises unless a global batch of ``size`` rows and its minibatches split evenly.

@@ -132,6 +132,11 @@ class EnvRunner:
         return self._envs.single_action_space
 
     @property
+    def observations(self) -> np.ndarray:
+        """``[N, ...]`` the observations the next step acts in (host arrays)."""
+        return self._obs
+
+    @property
     def autoreset_mode(self) -> gym.vector.AutoresetMode:
         """``SAME_STEP`` or ``NEXT_STEP``."""
         return self._mode

@@ -2,7 +2,7 @@
 
 :class:`~jaxlearner.training.env_runner.EnvRunner` returns one per ``sample``;
 :meth:`Rollout.experience` is what the algorithms' ``postprocess`` or ``transitions``, and the
-module's observers, read.
+module's observers, read; :func:`experience_shapes` says what it will hold before any step.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from jaxlearner.algorithms.algorithm import ActFn, RecurrentAct
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,3 +72,55 @@ class Rollout:
             "valid": self.valid,
             **self.extras,
         }
+
+
+def experience_shapes(
+    policy: ActFn | RecurrentAct, params: Any, observations: np.ndarray, num_steps: int
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """The shapes and dtypes of :meth:`Rollout.experience` for ``num_steps`` steps, found
+    without stepping an environment (the policy is traced, not run), for compiling ahead.
+
+    Args:
+      policy: what the runner samples with (``policy(params, obs, key)``, or a
+        :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`).
+      params: its params, arrays or ``jax.ShapeDtypeStruct``.
+      observations: ``[N, ...]`` the runner's observations (host arrays, as it keeps them).
+      num_steps: ``T``.
+
+    Returns:
+      ``{name: ShapeDtypeStruct [T, N, ...]}``: the host columns as numpy stacks them
+      (``rewards`` float32, the flags bool), the policy's extras as it returns them.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> policy = lambda params, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), {})
+      >>> shapes = experience_shapes(policy, None, np.zeros((8, 4), np.float32), 32)
+      >>> shapes["obs"].shape, shapes["actions"].dtype, shapes["valid"].shape
+      ((32, 8, 4), dtype('int32'), (32, 8))
+    """
+    n = observations.shape[0]
+    obs = jax.ShapeDtypeStruct(
+        observations.shape, jax.dtypes.canonicalize_dtype(observations.dtype)
+    )
+    key = jax.random.key(0)
+    if isinstance(policy, RecurrentAct):
+        carry = jax.eval_shape(lambda: policy.initial_carry(n))
+        first = jax.ShapeDtypeStruct((n,), np.bool_)
+        actions, extras, _ = jax.eval_shape(policy, params, carry, obs, first, key)
+    else:
+        actions, extras = jax.eval_shape(policy, params, obs, key)
+
+    def steps(x: Any, weak: bool = False) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((num_steps, *x.shape), x.dtype, weak_type=weak)
+
+    flags = jax.ShapeDtypeStruct((num_steps, n), np.bool_)
+    return {
+        "obs": steps(obs),
+        "actions": steps(actions),  # a host copy: numpy keeps no weak type
+        "rewards": jax.ShapeDtypeStruct((num_steps, n), np.float32),
+        "terminated": flags,
+        "truncated": flags,
+        "next_obs": steps(obs),
+        "valid": flags,
+        **jax.tree.map(lambda x: steps(x, x.weak_type), dict(extras)),
+    }

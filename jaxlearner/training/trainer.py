@@ -40,6 +40,7 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training import run_book
+from jaxlearner.training.compile_ahead import compile_first_update
 from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
 from jaxlearner.training.feeds import make_feed
@@ -112,6 +113,9 @@ class Trainer:
       writers: metric writers (console, JSON lines, TensorBoard, MLflow).
       progress: show a progress bar; ``None`` shows one on a terminal.
       state: a learner state to start from instead of ``learner.init``.
+      compile_ahead: compile the first update on a thread while the learner initializes
+        and the first rollout is collected (:mod:`jaxlearner.training.compile_ahead`);
+        the same program, found sooner. ``False`` compiles it when it first runs.
 
     Raises:
       ValueError: when the environment's spaces differ from those the learner
@@ -139,6 +143,7 @@ class Trainer:
         writers: Sequence[Writer] = (),
         progress: bool | None = None,
         state: LearnerState | None = None,
+        compile_ahead: bool = True,
     ) -> None:
         offline = isinstance(learner, OfflineAlgorithm)
         algorithm = learner if isinstance(learner, Algorithm) or offline else algorithm_for(learner)
@@ -160,13 +165,18 @@ class Trainer:
         check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
         self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
         self._feed = make_feed(algorithm)
+        init_key, self._key = jax.random.split(jax.random.key(seed))
+        self._ahead = (
+            compile_first_update(algorithm, self._feed, runner, init_key, self._rollout_steps)
+            if compile_ahead
+            else None
+        )
         lag = algorithm.policy_lag if isinstance(algorithm, OnPolicyAlgorithm) else 0
         # The params of the last lag + 1 iterations' starts; the oldest one collects.
         self._behaviour_params: collections.deque[Any] = collections.deque(maxlen=lag + 1)
         self._eval_episodes = eval_episodes
         self._eval_runners: dict[str, EnvRunner] = {}
         self._seed = seed
-        init_key, self._key = jax.random.split(jax.random.key(seed))
         # learner.init places its state; a state given from elsewhere is placed here.
         self._state = (
             self.learner.init(init_key) if state is None else self.learner.placement.put(state)
@@ -259,6 +269,7 @@ class Trainer:
             self._algorithm.explore, module, self._rollout_steps, sample_key
         )
         before = self.counters.env_steps
+        self._wait_for_compile_ahead()
         self._state, metrics = self._feed.learn(
             self._state, module, rollout.experience(), rollout.env_steps, before, update_key
         )
@@ -431,8 +442,15 @@ class Trainer:
         with ``MaxEnvSteps(n)`` ends at the first multiple of it at or past ``n``)."""
         return self._rollout_steps * self._runner.num_envs
 
+    def _wait_for_compile_ahead(self) -> None:
+        """Waits for the first update's compilation on its thread, if it is still running."""
+        if self._ahead is not None:
+            self._ahead.wait()
+            self._ahead = None
+
     def close(self) -> None:
         """Closes the environments and the writers."""
+        self._wait_for_compile_ahead()
         self._runner.close()
         for runner in self._eval_runners.values():
             runner.close()
