@@ -9,7 +9,9 @@ The hyperparameters are RL-Zoo's (``rl-baselines3-zoo/hyperparams/{ppo,dqn,sac}.
 RL-Zoo trains sbx with the same files), their ``n_timesteps`` the length the
 schedules are set for. Evaluation follows ``jaxlearner train``: every
 ``--eval-every`` env steps (all environments together), 10 episodes of the
-deterministic policy on a separate environment, and the run stops once two
+deterministic policy on as many environments stepped together (one episode each, as
+``jaxlearner train`` evaluates; before 2026-11-26 the peers evaluated on one environment,
+which cost them more wall time than us), and the run stops once two
 evaluations in a row reach the threshold (``jl.RewardBound(threshold,
 times=2)``), or at ``n_timesteps``.
 
@@ -129,8 +131,10 @@ def main() -> None:
 
     env = make_vec_env(env_id, n_envs=n_envs, seed=args.seed)
     model = algorithm("MlpPolicy", env, seed=args.seed, verbose=0, **hyperparams)
+    # One environment per evaluation episode, stepped together, as jaxlearner evaluates
+    # (evaluate_policy runs one episode on each of them).
     evaluation = EvalCallback(
-        make_vec_env(env_id, n_envs=1, seed=args.seed + 10_000),
+        make_vec_env(env_id, n_envs=args.eval_episodes, seed=args.seed + 10_000),
         callback_after_eval=TwoInARow(),
         n_eval_episodes=args.eval_episodes,
         eval_freq=max(args.eval_every // n_envs, 1),

@@ -1,6 +1,8 @@
 """Where the time of ``jaxlearner train ppo`` goes, whole process (issue 24, item 1).
 
-Run: ``python benchmarks/profile_train.py [--algorithm ppo] [--seeds 0 1 2]``. Each seed
+Run: ``python benchmarks/profile_train.py [--algorithm ppo] [--seeds 0 1 2]
+[--compare-compile-ahead]`` (the last: per seed, a run with the Trainer's ``compile_ahead``
+off right after the one with it on, and the ratio of their median whole-process times). Each seed
 is a fresh process that runs the command line's ``train`` with its embedded defaults
 (PPO: CartPole-v1 until two evaluations in a row reach 475) and the compilation cache
 off, as ``bench_e2e.py --cache off`` does. Inside it, wall-clock spans are recorded
@@ -74,6 +76,12 @@ timed(Trainer, "step", "learn")  # the step less its rollout: postprocess, updat
 timed(Trainer, "eval", "evaluation")
 timed(CheckpointManager, "save", "checkpoint")
 timed(CheckpointManager, "close", "checkpoint")
+if sys.argv[1] == "--no-compile-ahead":  # the A/B of --compare-compile-ahead
+    sys.argv.pop(1)
+    made = Trainer.__init__
+    def without_compile_ahead(self, *args, **kwargs):
+        made(self, *args, **{**kwargs, "compile_ahead": False})
+    Trainer.__init__ = without_compile_ahead
 code = jaxlearner.cli.main(sys.argv[1:])
 end = time.time()
 compile_spans = list(compile_clock._SPANS)
@@ -106,10 +114,13 @@ print(json.dumps({"code": code, "total": total, "rows": rows, "compile": compili
 """
 
 
-def profile_once(algorithm: str, seed: int, folder: pathlib.Path) -> dict:
+def profile_once(
+    algorithm: str, seed: int, folder: pathlib.Path, compile_ahead: bool = True
+) -> dict:
     """One ``jaxlearner train`` in a fresh process, with its spans; the child's report."""
-    out = folder / f"{algorithm}-{seed}"
-    argv = ["train", algorithm, "--out", str(out), "--seed", str(seed), "--no-progress"]
+    out = folder / f"{algorithm}-{seed}-{compile_ahead}"
+    argv = [] if compile_ahead else ["--no-compile-ahead"]
+    argv += ["train", algorithm, "--out", str(out), "--seed", str(seed), "--no-progress"]
     argv.append("--no-compilation-cache")
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     done = subprocess.run(
@@ -141,23 +152,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default="ppo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--compare-compile-ahead",
+        action="store_true",
+        help="per seed, a run with the Trainer's compile_ahead off right after one with it on",
+    )
     args = parser.parse_args()
     from ppo_workload import machine, write_results
 
     load_before = os.getloadavg()
-    reports = []
+    variants = (True, False) if args.compare_compile_ahead else (True,)
+    reports: dict[bool, list[dict]] = {variant: [] for variant in variants}
     with tempfile.TemporaryDirectory() as folder:
         for seed in args.seeds:
-            reports.append(profile_once(args.algorithm, seed, pathlib.Path(folder)))
-            print(f"seed {seed}: {json.dumps(reports[-1])}", flush=True)
-    print(table(reports))
+            for variant in variants:
+                report = profile_once(args.algorithm, seed, pathlib.Path(folder), variant)
+                reports[variant].append(report)
+                print(f"seed {seed}, compile_ahead={variant}: {json.dumps(report)}", flush=True)
+    for variant in variants:
+        print(f"compile_ahead={variant}:\n{table(reports[variant])}")
     load = {"before": load_before, "after": os.getloadavg()}
     print(f"{machine()}; load average {load}")
-    path = write_results(
-        f"profile_train-{args.algorithm}",
-        {"machine": machine(), "load": load, "seeds": args.seeds, "reports": reports},
-    )
-    print(f"wrote {path}")
+    name = f"profile_train-{args.algorithm}"
+    results = {"machine": machine(), "load": load, "seeds": args.seeds, "reports": reports[True]}
+    if args.compare_compile_ahead:
+        name += "-compile-ahead-ab"
+        results["reports_without_compile_ahead"] = reports[False]
+        ratio = statistics.median(r["total"] for r in reports[True]) / statistics.median(
+            r["total"] for r in reports[False]
+        )
+        results["median_total_ratio"] = ratio
+        print(f"median whole-process time, compile_ahead on / off: {ratio:.3f}")
+    print(f"wrote {write_results(name, results)}")
 
 
 if __name__ == "__main__":
