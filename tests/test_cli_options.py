@@ -37,6 +37,16 @@ def test_train_parses_into_typed_options():
         options.max_steps = 1  # frozen: what was parsed is what runs
 
 
+def test_stop_reward_none_means_no_reward_stop():
+    from jaxlearner.cli.run_settings import run_settings
+
+    options = parse(["train", "ppo", "--stop-reward", "none"])
+    assert options.stop_reward == "none" and run_settings(options).stop_reward is None
+    assert run_settings(parse(["train", "ppo"])).stop_reward == 475.0  # its own environment's
+    with pytest.raises(ValueError, match="--stop-reward: expected a finite number, got 'all'"):
+        TrainOptions(stop_reward="all")
+
+
 def test_train_options_name_the_algorithm_after_config_and_all_devices():
     options = parse(["train", "--config", "lr=1e-3", "PPO", "--devices", "all"])
     assert options.algorithm == "PPO" and options.config == ("lr=1e-3",)
@@ -99,7 +109,7 @@ def fake_run(tmp_path):
         (["--stop-reward", "nan"], "argument --stop-reward: expected a finite number, got 'nan'"),
         (["--stop-reward", "inf"], "argument --stop-reward: expected a finite number, got 'inf'"),
         (["--stop-reward=-inf"], "argument --stop-reward: expected a finite number, got '-inf'"),
-        (["--stop-reward", "high"], "argument --stop-reward: expected a number, got 'high'"),
+        (["--stop-reward", "high"], "expected a number, got 'high' (or 'none': no reward stop)"),
         (["--seed", "-1"], "argument --seed: expected an integer from 0 to 2**63-1, got '-1'"),
         (["--seed", str(2**63)], "argument --seed: expected an integer from 0 to 2**63-1"),
         (["--eval-every", "0"], "argument --eval-every: expected a positive integer, got '0'"),

@@ -102,7 +102,8 @@ class TrainOptions:
       env: a gymnasium environment id.
       dataset: an offline algorithm's dataset: a folder or ``minari:ID``.
       config: the ``--config`` overrides as typed, ``KEY=VALUE`` each.
-      stop_reward: the mean evaluation return that ends the run (finite).
+      stop_reward: the mean evaluation return that ends the run (finite), or ``"none"``:
+        no reward stop (the run trains its whole ``max_steps``).
       max_steps: the env steps (dataset rows) that end the run.
       out: the run folder to write; one that holds a run already is refused unless
         ``new_run``.
@@ -131,7 +132,7 @@ class TrainOptions:
     env: str | None = None
     dataset: str | None = None
     config: tuple[str, ...] = ()
-    stop_reward: float | None = None
+    stop_reward: float | Literal["none"] | None = None
     max_steps: int | None = None
     out: pathlib.Path | None = None
     new_run: bool = False
@@ -151,7 +152,8 @@ class TrainOptions:
             raise ValueError(
                 f"--preset: expected one of {list(PRESET_CHOICES)}, got {self.preset!r}"
             )
-        check_finite("--stop-reward", self.stop_reward)
+        if self.stop_reward != "none":
+            check_finite("--stop-reward", self.stop_reward)
         check_positive_int("--max-steps", self.max_steps)
         check_positive_int("--num-envs", self.num_envs)
         check_positive_int("--eval-every", self.eval_every)

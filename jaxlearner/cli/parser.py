@@ -141,9 +141,9 @@ def _add_stop_options(command: argparse.ArgumentParser) -> None:
     """``train``'s stop rule: the stop reward and the env-step budget."""
     command.add_argument(
         "--stop-reward",
-        type=_finite_float,
+        type=_stop_reward,
         help="stop once two evaluations in a row reach this mean return (each the mean of "
-        "the evaluation episodes)",
+        "the evaluation episodes); 'none': no reward stop, train the whole --max-steps",
     )
     command.add_argument(
         "--max-steps",
@@ -269,7 +269,7 @@ def _algorithms_help() -> str:
         "records, the preset used and the resolved config. Without --env each algorithm",
         "trains on its own environment (below, with its preset's settings); on another",
         "--env training stops at gymnasium's reward_threshold for it, if it has one, or at",
-        "--stop-reward.",
+        "--stop-reward (--stop-reward none: at --max-steps only).",
         "algorithms (config fields as 'name: type = default', and the preset's value on the",
         "algorithm's own environment):",
     ]
@@ -336,6 +336,15 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+def _stop_reward(text: str) -> float | str:
+    if text == "none":
+        return text
+    try:
+        return _finite_float(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error} (or 'none': no reward stop)") from None
 
 
 def _seed(text: str) -> int:

@@ -171,8 +171,8 @@ def _new_settings(options: TrainOptions) -> RunSettings:
     _check_sequences(recipe.config_type, overrides)
     row = _preset(name, env_id, options.preset)
     num_envs = options.num_envs or (row.num_envs if row else 8)
-    stop_reward = options.stop_reward
-    if stop_reward is None:
+    stop_reward = None if options.stop_reward == "none" else options.stop_reward
+    if options.stop_reward is None:
         same_env = defaults is not None and env_id == defaults.env
         stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
     eval_every = options.eval_every or (row.eval_every if row else 10_000)
