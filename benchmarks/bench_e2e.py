@@ -1,7 +1,7 @@
 """End to end: ``jaxlearner train ALGO`` until its evaluation reaches the threshold, and peers.
 
 Run: ``python benchmarks/bench_e2e.py [--algorithms ppo dqn sac] [--seeds 0 1 2]
-[--cache off warm] [--no-peers]``. For each algorithm and seed it runs the
+[--cache off warm] [--no-peers] [--name bench_e2e]``. For each algorithm and seed it runs the
 command line with its embedded defaults (PPO and DQN on CartPole-v1, SAC on
 Pendulum-v1), then reads the run's metrics to find the first evaluation at or
 above the threshold of the algorithms issue (475, 400, -250). Reports env steps
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -141,7 +142,9 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--cache", nargs="+", choices=["off", "warm"], default=["off", "warm"])
     parser.add_argument("--no-peers", action="store_true", help="skip SB3 and sbx")
+    parser.add_argument("--name", default="bench_e2e", help="results/NAME.json")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory() as folder:
         for algorithm in args.algorithms:
@@ -150,7 +153,8 @@ def main() -> None:
                 algorithm, args.seeds, args.cache, not args.no_peers, pathlib.Path(folder)
             )
     report = {"machine": machine(), "thresholds": THRESHOLDS, "results": results}
-    write_results("bench_e2e", report)
+    report["load"] = {"before": load_before, "after": os.getloadavg()}
+    write_results(args.name, report)
     print(f"machine: {report['machine']}")
     print(
         "| algorithm | environment | threshold | variant | seeds reaching it | median env steps | "

@@ -8,8 +8,9 @@ first), stable-baselines3, sbx-rl and rl_zoo3 in that virtualenv (rl_zoo3 only f
 
 The zoo lists the MuJoCo tasks as ``-v4``; the v5 task of the same name is trained (as
 jaxlearner's presets do). ``normalize: true`` wraps the training env in ``VecNormalize``
-with the zoo's ``gamma``; evaluation uses a copy of its observation statistics, frozen,
-and raw rewards. ``lin_X`` is ``X`` times SB3's remaining progress over the zoo's
+with the zoo's ``gamma``; evaluation (one environment per episode, stepped together, as
+jaxlearner's) uses a copy of its observation statistics, frozen, and raw rewards.
+``lin_X`` is ``X`` times SB3's remaining progress over the zoo's
 ``n_timesteps`` (the schedule the zoo sets, even when fewer steps are run).
 
 It writes ``RUN/run.json`` and ``RUN/metrics.jsonl`` in jaxlearner's run-folder format
@@ -109,7 +110,9 @@ def main() -> None:
     writer = Writer(args.out, args.algorithm, args.env_id, args.seed)
     start = time.perf_counter()
     env = make_vec_env(args.env_id, n_envs=run["n_envs"], seed=args.seed)
-    eval_env = make_vec_env(args.env_id, n_envs=1, seed=args.seed + 10_000)
+    # One environment per evaluation episode, stepped together, as jaxlearner evaluates
+    # (evaluate_policy runs one episode on each); the sittings of 2026-11-25/26 used one.
+    eval_env = make_vec_env(args.env_id, n_envs=args.eval_episodes, seed=args.seed + 10_000)
     if run["normalize"]:
         options = run["normalize"] if isinstance(run["normalize"], dict) else {}
         env = VecNormalize(env, gamma=hyperparams.get("gamma", 0.99), **options)

@@ -9,7 +9,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import atexit
 import shutil
+import signal
 import tempfile
+
+# Ctrl-C as a terminal delivers it: a background job of a non-interactive shell (`pytest &`)
+# starts with SIGINT ignored (POSIX), which Python keeps, and then the tests of Ctrl-C find
+# no handler to take over (a run's stop on signals only replaces the default one).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Many tests build the same small learners and compile the same programs: a compilation cache
 # per test process (a fresh folder, removed at exit) compiles each program once. It is JAX's

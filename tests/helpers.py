@@ -26,21 +26,33 @@ def maybe_jit(fn, use_jit):
     return eager
 
 
+_COUNTING: list[CompileCounter] = []
+
+
+def _count_compilation(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+        seen = (kwargs.get("fun_name", ""), threading.current_thread().name)
+        for counter in list(_COUNTING):
+            counter.events.append(seen)
+
+
 class CompileCounter:
     """XLA compilations while in use: ``events`` holds ``(function name, thread name)`` of
-    each (JAX's ``backend_compile_duration`` event), ``count`` their number."""
+    each (JAX's ``backend_compile_duration`` event), ``count`` their number. One listener is
+    registered for the process (jax 0.7, the floors, cannot unregister one)."""
+
+    _listening = False
 
     def __enter__(self):
+        if not CompileCounter._listening:
+            jax.monitoring.register_event_duration_secs_listener(_count_compilation)
+            CompileCounter._listening = True
         self.events = []
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        _COUNTING.append(self)
         return self
 
-    def _listen(self, event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.events.append((kwargs.get("fun_name", ""), threading.current_thread().name))
-
     def __exit__(self, *exc):
-        jax.monitoring.unregister_event_duration_listener(self._listen)
+        _COUNTING.remove(self)
 
     @property
     def count(self):

@@ -301,14 +301,16 @@ def test_another_env_stops_at_gymnasiums_reward_threshold(tmp_path, capsys):
 
 
 def test_stop_reward_none_trains_the_whole_budget_and_resumes_so(tmp_path, capsys):
-    out = tmp_path / "budget"
-    options = ["--max-steps", "512", "--eval-every", "256", "--num-envs", "4", "--preset", "none"]
-    config = ["--config", "train_batch_size=256", "num_epochs=1", "hidden_sizes=[8]"]
-    # A stop reward of 0 would end this run at its second evaluation; none trains to 512 steps.
-    argv = ["train", "ppo", "--out", str(out), *options, *config, "--stop-reward", "none"]
-    assert main(argv) == 0
+    options = ["--max-steps", "1024", "--eval-every", "256", "--num-envs", "4", "--preset", "none"]
+    options += ["--config", "train_batch_size=256", "num_epochs=1", "hidden_sizes=[8]"]
+    ends = {}
+    for stop in ("0", "none"):  # every CartPole return is >= 0: that run stops at 512 steps
+        out = tmp_path / f"stop-{stop}"
+        assert main(["train", "ppo", "--out", str(out), *options, "--stop-reward", stop]) == 0
+        ends[stop] = max(r["env_steps"] for r in read_json_lines(out / "metrics.jsonl"))
+    assert ends == {"0": 512, "none": 1024}
     assert json.loads((out / "run.json").read_text())["stop_reward"] is None
-    assert max(r["env_steps"] for r in read_json_lines(out / "metrics.jsonl")) == 512
+    capsys.readouterr()
     assert main(["train", "--resume", str(out)]) == 0  # the budget is spent: nothing to do
     assert "nothing to resume" in capsys.readouterr().out
 
