@@ -10,6 +10,7 @@ import pytest
 from helpers import CompileCounter, assert_same_stats, tree_equal
 
 import jaxlearner as jl
+from jaxlearner.training import compile_ahead
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.rollout import experience_shapes
 
@@ -130,6 +131,25 @@ def test_the_trainers_first_update_is_compiled_once_on_its_thread(env_id, config
         trainer.step()
         trainer.close()
     assert compiled.of("update") == [("jit(update)", "MainThread")]
+
+
+def test_only_an_on_policy_trainer_starts_a_thread(monkeypatch):
+    started = []
+    made = compile_ahead.CompileAhead.__init__
+
+    def recorded(self, compile_fn):
+        started.append(compile_fn)
+        made(self, compile_fn)
+
+    monkeypatch.setattr(compile_ahead.CompileAhead, "__init__", recorded)
+    small_trainer().close()
+    assert len(started) == 1
+    # DQN's first update waits for learning_starts: nothing to trace or compile at start-up.
+    dqn = jl.algorithms.dqn(
+        CARTPOLE.observation_space, CARTPOLE.action_space, {"hidden_sizes": (8,)}
+    )
+    jl.Trainer(dqn, "CartPole-v1", num_envs=2, progress=False).close()
+    assert len(started) == 1
 
 
 def test_compiling_ahead_changes_no_result():

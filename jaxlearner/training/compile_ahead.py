@@ -32,7 +32,7 @@ import jax
 
 from jaxlearner.algorithms.algorithm import Algorithm
 from jaxlearner.training.env_runner import EnvRunner
-from jaxlearner.training.feeds import Feed
+from jaxlearner.training.feeds import Feed, OnPolicyFeed
 from jaxlearner.training.rollout import experience_shapes
 
 logger = logging.getLogger(__name__)
@@ -42,13 +42,9 @@ class CompileAhead:
     """A compilation running on its own thread; :meth:`wait` joins it. The thread is not a
     daemon: a process that ends while it compiles waits for it (seconds) rather than tear
     JAX down under it.
-
-    Attributes:
-      error: what the compilation raised (``None`` while running or after success).
     """
 
     def __init__(self, compile_fn: Callable[[], None]) -> None:
-        self.error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._run, args=(compile_fn,), name="jaxlearner-compile-ahead", daemon=False
         )
@@ -57,8 +53,7 @@ class CompileAhead:
     def _run(self, compile_fn: Callable[[], None]) -> None:
         try:
             compile_fn()
-        except Exception as error:  # the first update compiles when it runs instead
-            self.error = error
+        except Exception:  # the first update compiles when it runs instead
             logger.debug(
                 "Compiling the first update ahead failed; it compiles when it runs.", exc_info=True
             )
@@ -75,17 +70,20 @@ def compile_first_update(
 
     Args:
       algorithm: the trainer's algorithm (its learner, ``explore`` and module id).
-      feed: the trainer's feed (:meth:`~jaxlearner.training.feeds.Feed.compile_ahead`).
+      feed: the trainer's feed; an on-policy one compiles ahead
+        (:meth:`~jaxlearner.training.feeds.OnPolicyFeed.compile_ahead`).
       runner: the training runner, its environments reset (their observations give the
         rollout's shapes).
       init_key: the key the trainer initializes the learner with.
       rollout_steps: steps per environment in a rollout.
 
     Returns:
-      The running compilation, or ``None`` for a learner that runs eagerly (``jit=False``).
+      The running compilation, or ``None`` (no thread, nothing traced) for a learner that
+      runs eagerly (``jit=False``) or an off-policy feed, whose first update waits for
+      ``learning_starts`` and whose number of updates per call is known only then.
     """
     learner = algorithm.learner
-    if not learner.config.jit:
+    if not learner.config.jit or not isinstance(feed, OnPolicyFeed):
         return None
     observations = runner.observations
     env_steps = rollout_steps * runner.num_envs

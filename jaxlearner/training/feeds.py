@@ -64,14 +64,6 @@ class Feed(Protocol):
         ``None`` when no update ran)."""
         ...
 
-    def compile_ahead(
-        self, state: LearnerState, module: ModuleState, experience: Experience, env_steps: int
-    ) -> None:
-        """Compiles what the first :meth:`learn` will, from the shapes of its inputs
-        (``jax.ShapeDtypeStruct``): JAX keeps the programs, so that call does not compile
-        them (:mod:`jaxlearner.training.compile_ahead` runs this on a thread)."""
-        ...
-
     def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(json, arrays)`` to save beside the learner state."""
         ...
@@ -146,6 +138,10 @@ class OnPolicyFeed:
     def compile_ahead(
         self, state: LearnerState, module: ModuleState, experience: Experience, env_steps: int
     ) -> None:
+        """Compiles what the first :meth:`learn` will (the postprocess, then the update) from
+        the shapes of its inputs (``jax.ShapeDtypeStruct``): JAX keeps the programs, so that
+        call does not compile them (:mod:`jaxlearner.training.compile_ahead` runs this on a
+        thread)."""
         lowered = self._postprocess.lower(module, experience)
         lowered.compile()
         batch = {self._algorithm.module_id: lowered.out_info}
@@ -202,13 +198,6 @@ class ReplayFeed:
     @property
     def buffer(self) -> Buffer | None:
         return self._buffer
-
-    def compile_ahead(
-        self, state: LearnerState, module: ModuleState, experience: Experience, env_steps: int
-    ) -> None:
-        """Nothing: the first update waits for ``learning_starts`` and its number of updates
-        per call is known only then; it compiles when it first runs."""
-        del state, module, experience, env_steps
 
     def learn(
         self,
