@@ -1,5 +1,10 @@
 """Models built from gymnasium spaces: shapes, param paths, hand-checked outputs, errors."""
 
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -16,7 +21,7 @@ from jaxlearner.algorithms.networks.distributions import (
     MultiCategorical,
     TanhGaussian,
 )
-from jaxlearner.algorithms.networks.encoders import CNN, MLP, Encoder, encoder_for
+from jaxlearner.algorithms.networks.encoders import CNN, MLP, Encoder, encoder_for, orthogonal
 from jaxlearner.algorithms.networks.heads import ValueHead, distribution_for, with_hidden_layers
 from jaxlearner.algorithms.networks.models import actor_critic, q_network, sac_networks
 from jaxlearner.core.optimizer import label_params
@@ -322,3 +327,59 @@ def test_sac_networks_train_with_one_optimizer_per_submodule():
             lambda a, b: not np.allclose(a, b), before["params"][name], after["params"][name]
         )
         assert any(jax.tree.leaves(changed)), name
+
+
+def test_orthogonal_is_flaxs_initializer_key_for_key_batched_or_not(jit):
+    flax_orthogonal = nn.initializers.orthogonal(2.0)
+    init = orthogonal(2.0)
+    keys = jax.random.split(jax.random.key(3), 4)
+    one = maybe_jit(lambda key: init(key, (5, 7)), jit)(keys[0])
+    np.testing.assert_array_equal(one, flax_orthogonal(keys[0], (5, 7)))
+    # vmapped twice (agents x twin critics), each matrix is its key's: a lax.map, not a batch.
+    nested = maybe_jit(jax.vmap(jax.vmap(lambda key: init(key, (3, 6)))), jit)(keys.reshape(2, 2))
+    expected = np.stack([flax_orthogonal(key, (3, 6)) for key in keys]).reshape(2, 2, 3, 6)
+    np.testing.assert_array_equal(nested, expected)
+
+
+TWO_THREAD_INITS = """
+import os, sys
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])  # XLA's CPU pool: two threads
+import flax.linen as nn
+import jax
+from jaxlearner.algorithms.networks.encoders import orthogonal
+init = orthogonal(1.0) if sys.argv[1] == "ours" else nn.initializers.orthogonal(1.0)
+
+@jax.jit
+def four_twin_layers(key):  # independent, so XLA runs them at once
+    twin = jax.vmap(lambda key: init(key, (64, 64)))
+    return [twin(jax.random.split(k)) for k in jax.random.split(key, 4)]
+
+for seed in range(50):
+    jax.block_until_ready(four_twin_layers(jax.random.key(seed)))
+print("initialised")
+"""
+
+
+def four_twin_layer_inits_end(which: str, timeout: float) -> bool:
+    """Whether the script above ran its 50 inits within ``timeout`` seconds."""
+    command = [sys.executable, "-c", TWO_THREAD_INITS, which]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    assert done.returncode == 0, done.stderr[-2000:]
+    return "initialised" in done.stdout
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux CPU affinity and two CPUs",
+)
+def test_batched_orthogonal_inits_never_deadlock_a_two_thread_cpu_pool():
+    """jaxlib 0.10's batched CPU QR waits on XLA's pool from inside it: flax's orthogonal
+    init of four independent twin layers never returned on a two-thread pool (within 2 inits,
+    3 tries of 3; SAC's twin critics hung ``jaxlearner train sac`` at its start 2 times in
+    14 on this 2-core machine). ``encoders.orthogonal`` maps instead."""
+    assert four_twin_layer_inits_end("ours", timeout=120), (
+        "50 inits of four twin layers did not end within 120 s on a two-thread pool (deadlock)"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import flax.linen as nn
 import gymnasium
@@ -43,9 +43,46 @@ TORCH_KERNEL_INIT = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "unifo
 which is ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, variance ``1 / (3 fan_in)``."""
 
 
+def orthogonal(gain: float) -> nn.initializers.Initializer:
+    """flax's orthogonal initializer, one matrix after the other under ``jax.vmap``.
+
+    Values are flax's, key for key. Batched (SAC's twin critics, many agents in anakin),
+    flax's initializer is one batched LAPACK QR per layer, and jaxlib 0.10's CPU kernel
+    splits such a batch over XLA's intra-op thread pool from inside a task of that pool
+    and waits: as many of them at once as the pool has threads (two on a 2-core machine;
+    the layers of one model are independent, so XLA runs them at once) wait for each other
+    forever. Under ``jax.vmap`` this one runs a ``lax.map`` of unbatched QRs instead, which
+    never wait on the pool; it happens once, at init.
+
+    Example:
+      >>> init = orthogonal(1.0)
+      >>> twin = jax.vmap(lambda key: init(key, (4, 4)))(jax.random.split(jax.random.key(0)))
+      >>> twin.shape
+      (2, 4, 4)
+    """
+    flax_orthogonal = nn.initializers.orthogonal(gain)
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
+        @jax.custom_batching.custom_vmap
+        def one(key: jax.Array) -> jax.Array:
+            return flax_orthogonal(key, shape, dtype)
+
+        @one.def_vmap
+        def one_at_a_time(
+            axis_size: int, in_batched: list[bool], key: jax.Array
+        ) -> tuple[jax.Array, bool]:
+            del axis_size
+            (batched,) = in_batched
+            return (jax.lax.map(one, key) if batched else one(key)), batched
+
+        return one(key)
+
+    return init
+
+
 def orthogonal_dense(size: int, gain: float, name: str) -> nn.Dense:
-    """A dense layer with orthogonal initialisation of the given gain."""
-    return nn.Dense(size, kernel_init=nn.initializers.orthogonal(gain), name=name)
+    """A dense layer with orthogonal initialisation of the given gain (:func:`orthogonal`)."""
+    return nn.Dense(size, kernel_init=orthogonal(gain), name=name)
 
 
 def torch_bias_init(fan_in: int) -> nn.initializers.Initializer:
@@ -178,7 +215,7 @@ class CNN(nn.Module):
         layers = zip(self.channels, self.kernel_sizes, self.strides, strict=True)
         for i, (channels, kernel, stride) in enumerate(layers):
             fan_in = x.shape[-1] * kernel * kernel
-            init = {"kernel_init": nn.initializers.orthogonal(SQRT2)}
+            init = {"kernel_init": orthogonal(SQRT2)}
             if not self.ortho_init:
                 init = {"kernel_init": TORCH_KERNEL_INIT, "bias_init": torch_bias_init(fan_in)}
             conv = nn.Conv(
