@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from helpers import tree_equal
 
-from jaxlearner.core.packing import pack, unpack
+from jaxlearner.core.packing import concatenate, pack, split_on_host, unpack
 
 
 def _outputs(x):
@@ -111,3 +111,43 @@ def test_the_minibatch_step_of_an_update_stores_one_array_per_dtype():
     _, metrics = learner.update(state, batch)
     assert len(metrics[module]) > 10
     assert _stored_per_step(jaxpr) == [1]  # every metric is a float32 scalar: one array
+
+
+def _metrics(x):
+    return {
+        "loss": x,
+        "steps": jnp.int32(2**24 + 1) + x.astype(jnp.int32),  # past float32's exact integers
+        "q": {"min": -x, "all": jnp.arange(3.0) * x},
+        "flags": jnp.stack([x > 1.0, x > 2.0]),
+        "grid": jnp.full((2, 2), x, jnp.float16),
+    }
+
+
+def test_concatenate_joins_one_array_per_dtype_and_split_on_host_restores_exactly(jit):
+    def joined(x):
+        return concatenate(_metrics(x))[0]
+
+    fn = jax.jit(joined) if jit else joined
+    arrays = fn(jnp.float32(1.5))
+    # float32: loss, q/all (3), q/min -> 5; int32: steps; bool: flags (2); float16: grid (4).
+    # Leaves in jax.tree.leaves order: flags, grid, loss, q/all, q/min, steps.
+    assert [(a.shape, a.dtype) for a in arrays] == [
+        ((2,), jnp.bool_),
+        ((4,), jnp.float16),
+        ((5,), jnp.float32),
+        ((1,), jnp.int32),
+    ]
+    _, layout = concatenate(_metrics(jnp.float32(0.0)))
+    tree = split_on_host(jax.device_get(arrays), layout)
+    expected = jax.device_get(_metrics(jnp.float32(1.5)))
+    assert jax.tree.structure(tree) == jax.tree.structure(expected)
+    for got, want in zip(jax.tree.leaves(tree), jax.tree.leaves(expected), strict=True):
+        assert isinstance(got, np.ndarray)
+        assert got.dtype == want.dtype and got.shape == np.shape(want)
+        np.testing.assert_array_equal(got, want)
+    assert int(tree["steps"]) == 2**24 + 2  # exact: not cast to float32 on the way
+
+
+def test_split_on_host_of_an_empty_tree_is_the_empty_tree():
+    arrays, layout = concatenate({})
+    assert arrays == () and split_on_host((), layout) == {}

@@ -4,11 +4,21 @@ import importlib
 import time
 
 import gymnasium as gym
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import TIMING, assert_same_stats, interrupted_and_resumed, tree_equal
 
 import jaxlearner as jl
+from jaxlearner.algorithms.replay.off_policy import (
+    make_replay_updates,
+    replay_add,
+    replay_init,
+    updates_due,
+)
+from jaxlearner.training.env_runner import EnvRunner
+from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import JSONLinesWriter, read_json_lines
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -246,6 +256,46 @@ def test_off_policy_resume_continues_exactly(tmp_path):
     assert tree_equal(resumed.buffer, interrupted.buffer)
     assert_same_stats(expected[5:], [resumed.step() for _ in range(3)])
     assert tree_equal(resumed.state.modules, straight.state.modules)
+
+
+def test_a_replay_feed_reports_its_update_metrics_exactly_on_the_host():
+    """The feed fetches the metrics as one array per dtype (core/packing.py): names, dtypes
+    and values are those of the replay updates run by hand on the same inputs."""
+    env = gym.make("Pendulum-v1")
+    config = {
+        "train_batch_size": 8,
+        "hidden_sizes": (8,),
+        "rollout_fragment_length": 4,
+        "num_steps_sampled_before_learning_starts": 0,
+        "training_intensity": 2,
+    }
+    algorithm = jl.algorithms.algorithm_for(
+        jl.algorithms.sac(env.observation_space, env.action_space, config)
+    )
+    learner = algorithm.learner
+    state = learner.init(jax.random.key(0))
+    module = state.modules[algorithm.module_id]
+    rollout = EnvRunner("Pendulum-v1", num_envs=2, seed=0).sample(
+        algorithm.explore, module, 4, jax.random.key(1)
+    )
+    experience, key = rollout.experience(), jax.random.key(2)
+    count, _ = updates_due(algorithm, 0, rollout.env_steps, 0.0)
+    rows = jax.eval_shape(algorithm.transitions, experience)
+    buffer = replay_init(algorithm, jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows))
+
+    @jax.jit
+    def by_hand(state, buffer):
+        buffer = replay_add(buffer, algorithm.transitions(experience))
+        keys = jax.random.split(key, count)
+        return make_replay_updates(algorithm)(state, buffer, keys, np.int32(rollout.env_steps))
+
+    _, _, expected = by_hand(jax.tree.map(jnp.copy, state), buffer)
+    _, got = make_feed(algorithm).learn(state, module, experience, rollout.env_steps, 0, key)
+    assert count == 2  # training_intensity 2 / batch 8 = 0.25 updates per env step, x 8 steps
+    assert jax.tree.structure(got) == jax.tree.structure(expected)
+    for mine, theirs in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        assert isinstance(mine, np.ndarray) and mine.dtype == theirs.dtype
+        np.testing.assert_array_equal(mine, np.asarray(theirs))
 
 
 def test_request_stop_ends_run_after_the_iteration_in_flight():

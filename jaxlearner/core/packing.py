@@ -9,6 +9,11 @@ stacks the leaves that share a shape and dtype into one array, so the body
 stores one array per group; :func:`unpack` splits the stacked outputs again
 after the loop. Values are unchanged: stacking and indexing are exact.
 
+:func:`concatenate` and :func:`split_on_host` do the same for a tree fetched to the host
+after every call: one 1-D array per dtype leaves the compiled call, so a step that
+returns 35 scalar metrics allocates and copies 2 buffers instead of 35 (about 0.5 ms
+of a 6 ms SAC step on a 2-core CPU, ``benchmarks/README.md``).
+
 Example:
   >>> import jax, jax.numpy as jnp
   >>> def body(carry, x):
@@ -28,6 +33,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class Layout(NamedTuple):
@@ -85,4 +91,67 @@ def unpack(arrays: list[jax.Array], layout: Layout, batch_ndim: int = 0) -> Any:
             continue
         for position, index in enumerate(members):
             leaves[index] = jnp.take(array, position, axis=batch_ndim)
+    return jax.tree.unflatten(layout.treedef, leaves)
+
+
+class FlatLayout(NamedTuple):
+    """Where :func:`concatenate` put each leaf.
+
+    Attributes:
+      treedef: the structure of the tree.
+      shapes: each leaf's shape, in ``jax.tree.leaves`` order.
+      dtypes: each leaf's dtype (``numpy``), in the same order; the arrays are one per
+        distinct dtype, in the order of each dtype's first leaf.
+    """
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[np.dtype, ...]
+
+
+def concatenate(tree: Any) -> tuple[tuple[jax.Array, ...], FlatLayout]:
+    """``tree``'s leaves ravelled and joined into one 1-D array per dtype (exact: no casts).
+
+    Args:
+      tree: a pytree of arrays (or scalars), e.g. a step's metrics, inside a traced function.
+
+    Returns:
+      ``(arrays, layout)``: per dtype, the leaves of that dtype ravelled and joined
+      (``[sum of their sizes]``), and the :class:`FlatLayout` for :func:`split_on_host`.
+
+    Example:
+      >>> arrays, layout = concatenate({"loss": jnp.float32(0.5), "steps": jnp.int32(3),
+      ...                               "q": jnp.ones(2)})
+      >>> [a.tolist() for a in arrays]
+      [[0.5, 1.0, 1.0], [3]]
+      >>> split_on_host(jax.device_get(arrays), layout)["steps"]
+      array(3, dtype=int32)
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    leaves = [jnp.asarray(leaf) for leaf in leaves]
+    by_dtype: dict[np.dtype, list[jax.Array]] = {}
+    for leaf in leaves:
+        by_dtype.setdefault(np.dtype(leaf.dtype), []).append(jnp.ravel(leaf))
+    arrays = tuple(jnp.concatenate(parts) for parts in by_dtype.values())
+    shapes = tuple(tuple(leaf.shape) for leaf in leaves)
+    return arrays, FlatLayout(treedef, shapes, tuple(np.dtype(leaf.dtype) for leaf in leaves))
+
+
+def split_on_host(arrays: Any, layout: FlatLayout) -> Any:
+    """The tree :func:`concatenate` joined, from its arrays on the host, as numpy arrays.
+
+    Args:
+      arrays: :func:`concatenate`'s arrays, fetched (``jax.device_get``) or numpy.
+      layout: the :class:`FlatLayout` :func:`concatenate` returned.
+
+    Returns:
+      The original tree, each leaf a numpy array of its shape and dtype.
+    """
+    offsets = dict.fromkeys(layout.dtypes, 0)
+    columns = dict(zip(offsets, (np.asarray(array) for array in arrays), strict=True))
+    leaves = []
+    for shape, dtype in zip(layout.shapes, layout.dtypes, strict=True):
+        size, start = int(np.prod(shape, dtype=np.int64)), offsets[dtype]
+        leaves.append(columns[dtype][start : start + size].reshape(shape))
+        offsets[dtype] = start + size
     return jax.tree.unflatten(layout.treedef, leaves)

@@ -31,6 +31,7 @@ This module and :mod:`jaxlearner.algorithms.networks.spaces` are where gymnasium
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias, final
 
@@ -54,6 +55,9 @@ Policy: TypeAlias = Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, Ma
 """``policy(params, obs [N, ...], key) -> (actions [N, ...], extras {name: [N, ...]})``,
 or a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`."""
 
+
+_COLUMNS = ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "valid")
+"""The host columns of a rollout, as :class:`~jaxlearner.training.rollout.Rollout` names them."""
 
 EVAL_KEY_BLOCK = 32
 """Steps per key split in :func:`evaluate`: the key stream of rollouts of 32 steps."""
@@ -204,18 +208,7 @@ class EnvRunner:
         recurrent = isinstance(policy, RecurrentAct)
         if recurrent:
             self._carry = self._recurrent_carry(policy)
-        columns: dict[str, list[Any]] = {
-            name: []
-            for name in (
-                "obs",
-                "actions",
-                "rewards",
-                "terminated",
-                "truncated",
-                "next_obs",
-                "valid",
-            )
-        }
+        columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
         extras: list[Mapping[str, Any]] = []
         episode_returns: list[float] = []
         episode_lengths: list[int] = []
@@ -246,15 +239,16 @@ class EnvRunner:
                 episode_envs.append(int(i))
             self._returns[done] = 0.0
             self._lengths[done] = 0
-            for name, value in (
-                ("obs", self._obs),
-                ("actions", host_actions),
-                ("rewards", rewards.astype(np.float32)),
-                ("terminated", terminated & valid),
-                ("truncated", truncated & valid),
-                ("next_obs", next_obs),
-                ("valid", valid),
-            ):
+            row = (
+                self._obs,
+                host_actions,
+                rewards.astype(np.float32),
+                terminated & valid,
+                truncated & valid,
+                next_obs,
+                valid,
+            )
+            for name, value in zip(_COLUMNS, row, strict=True):
                 columns[name].append(value)
             extras.append(extra)
             if self._mode == gym.vector.AutoresetMode.NEXT_STEP:
@@ -363,12 +357,17 @@ def _as_obs(obs: Any) -> np.ndarray:
 
 
 def _split_to_host(key: jax.Array, num: int) -> tuple[np.ndarray, Any]:
-    """``num`` keys split from ``key`` as one host array of key data, and their impl
-    (``None`` for raw ``uint32`` keys, which are their own data)."""
+    """``num`` keys split from ``key`` as host key data, and their impl (``None``: raw keys)."""
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    return np.asarray(_split_key_data(key, num)), jax.random.key_impl(key) if typed else None
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _split_key_data(key: jax.Array, num: int) -> jax.Array:
+    """``jax.random.split(key, num)``'s key data in one dispatch (eagerly: two)."""
     keys = jax.random.split(key, num)
-    if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key):
-        return np.asarray(jax.random.key_data(keys)), jax.random.key_impl(keys)
-    return np.asarray(keys), None
+    typed = jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
+    return jax.random.key_data(keys) if typed else keys
 
 
 def _stack_on_device(extras: list[Mapping[str, Any]]) -> dict[str, jax.Array]:

@@ -39,6 +39,7 @@ from jaxlearner.algorithms.replay.off_policy import (
     replay_init,
     updates_due,
 )
+from jaxlearner.core.packing import FlatLayout, concatenate, split_on_host
 from jaxlearner.core.state import LearnerState, ModuleState
 
 
@@ -163,7 +164,8 @@ class ReplayFeed:
     buffer is saved with its priorities.
 
     The buffer is created from the first rollout's rows and placed like the
-    learner state. The env steps collected since the last update are counted
+    learner state. :meth:`learn` returns the last update's metrics on the host (numpy),
+    fetched as one array per dtype. The env steps collected since the last update are counted
     by the next one, so a schedule over env steps sees every step once.
     """
 
@@ -183,7 +185,11 @@ class ReplayFeed:
             count: int,
         ) -> tuple[LearnerState, Buffer, Any]:
             keys = jax.random.split(key, count)
-            return replay_updates(state, add(buffer, experience), keys, env_steps)
+            state, buffer, metrics = replay_updates(state, add(buffer, experience), keys, env_steps)
+            # The metrics leave as one array per dtype (core/packing.py). Their structure
+            # is the last update's whatever ``count`` is, so each trace sets the same layout.
+            packed, self._metrics_layout = concatenate(metrics)
+            return state, buffer, packed
 
         # One compiled call per iteration (the key split included): with one update per
         # env step and short rollouts, every dispatch counts.
@@ -191,6 +197,7 @@ class ReplayFeed:
         self._add_and_update = jax.jit(
             add_and_update, donate_argnums=(0, 1), static_argnames="count"
         )
+        self._metrics_layout: FlatLayout | None = None
         self._buffer: Buffer | None = None
         self._updates_due = 0.0
         self._uncounted_env_steps = 0
@@ -222,11 +229,12 @@ class ReplayFeed:
             self._buffer = self._add(self._buffer, experience)
             return state, None
         counted = np.int32(self._uncounted_env_steps)
-        state, self._buffer, metrics = self._add_and_update(
+        state, self._buffer, packed = self._add_and_update(
             state, self._buffer, experience, key, counted, count=count
         )
         self._uncounted_env_steps = 0
-        return state, metrics
+        assert self._metrics_layout is not None  # set by the trace of the call above
+        return state, split_on_host(jax.device_get(packed), self._metrics_layout)
 
     def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
         saved = {"updates_due": self._updates_due, "uncounted_env_steps": self._uncounted_env_steps}

@@ -263,7 +263,7 @@ class Trainer:
         """
         watch = Stopwatch()
         self._reconfigure(self._schedules[0] if env_config is None else env_config)
-        self._key, sample_key, update_key = jax.random.split(self._key, 3)
+        self._key, sample_key, update_key = _split_in_three(self._key)
         module = self._behaviour_module()
         rollout = self._runner.sample(
             self._algorithm.explore, module, self._rollout_steps, sample_key
@@ -455,6 +455,14 @@ class Trainer:
         for runner in self._eval_runners.values():
             runner.close()
         self._book.close()
+
+
+@jax.jit
+def _split_in_three(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``jax.random.split(key, 3)`` as three arrays in one dispatch (unpacked eagerly, the
+    split and the three slices are four)."""
+    first, second, third = jax.random.split(key, 3)
+    return first, second, third
 
 
 def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
