@@ -81,6 +81,9 @@ def test_the_zoo_numbers_as_typed():
     humanoid = preset_row("sac", "Humanoid-v5")
     assert humanoid.max_steps == 2_000_000
     assert humanoid.config["num_steps_sampled_before_learning_starts"] == 10_000
+    # SB3 acts uniformly at random for learning_starts steps: every RL Zoo SAC row says so.
+    zoo_sac = preset_rows("sac", origin="rl_zoo3")
+    assert zoo_sac and all(row.config["warmup_actions"] == "uniform" for row in zoo_sac)
     assert "norm_obs" not in humanoid.config
 
 

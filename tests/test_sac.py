@@ -13,6 +13,7 @@ import pytest
 from helpers import maybe_jit, pendulum_replay_batch, tree_equal
 
 import jaxlearner as jl
+from jaxlearner.algorithms.networks.acting import uniform_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.sac import sac_loss, sac_td_errors, target_entropy_for
@@ -250,6 +251,71 @@ def test_discrete_sac_samples_and_exploits_the_most_likely_action():
     assert set(np.unique(actions)) == {0, 1}  # near-uniform initial policy
     greedy, _ = algorithm.exploit(module, obs, jax.random.key(2))
     assert len(np.unique(greedy)) == 1
+
+
+def test_uniform_actions_cover_the_box_or_the_categories(jit):
+    box = DistributionSpec("tanh_gaussian", (2,), low=(0.0, -2.0), high=(1.0, 2.0))
+    actions = maybe_jit(lambda key: uniform_actions(box, (20_000,), key), jit)(jax.random.key(0))
+    assert actions.shape == (20_000, 2) and actions.dtype == jnp.float32
+    assert float(actions[:, 0].min()) >= 0.0 and float(actions[:, 0].max()) < 1.0
+    assert float(actions[:, 1].min()) >= -2.0 and float(actions[:, 1].max()) < 2.0
+    # U(low, high): mean (low + high) / 2, std (high - low) / sqrt(12); 20k draws, within 3%.
+    np.testing.assert_allclose(actions.mean(0), [0.5, 0.0], atol=0.03)
+    np.testing.assert_allclose(actions.std(0), [1 / math.sqrt(12), 4 / math.sqrt(12)], rtol=0.03)
+    unbounded = DistributionSpec("tanh_gaussian", (1,))
+    assert float(jnp.abs(uniform_actions(unbounded, (500,), jax.random.key(1))).max()) <= 1.0
+    three = DistributionSpec("categorical", (3,))
+    picks = maybe_jit(lambda key: uniform_actions(three, (4, 3000), key), jit)(jax.random.key(2))
+    assert picks.shape == (4, 3000) and picks.dtype == jnp.int32
+    np.testing.assert_allclose(np.bincount(np.ravel(picks)) / picks.size, [1 / 3] * 3, atol=0.01)
+    with pytest.raises(ValueError, match="'diag_gaussian'"):
+        uniform_actions(DistributionSpec("diag_gaussian", (2,)), (3,), jax.random.key(0))
+
+
+@pytest.mark.parametrize("env", [PENDULUM, CARTPOLE], ids=["box", "discrete"])
+def test_uniform_warmup_acts_uniformly_until_the_module_has_trained(jit, env):
+    config = {"num_steps_sampled_before_learning_starts": 100}
+    uniform = sac_algorithm({**config, "warmup_actions": "uniform"}, env=env)
+    policy = sac_algorithm(config, env=env)
+    module = uniform.learner.init(jax.random.key(0)).modules["default_policy"]
+    obs, key = (
+        jax.random.normal(jax.random.key(1), (256, *env.observation_space.shape)),
+        jax.random.key(2),
+    )
+    explore = maybe_jit(uniform.explore, jit)
+    spec = uniform.learner.specs["default_policy"].model.distribution
+    warm, _ = explore(module, obs, key)
+    np.testing.assert_array_equal(warm, uniform_actions(spec, (256,), jax.random.fold_in(key, 1)))
+    # From the first update on (it counts every env step collected before it): the policy.
+    trained = module.replace(env_steps=jnp.int32(100))
+    np.testing.assert_array_equal(
+        explore(trained, obs, key)[0], maybe_jit(policy.explore, jit)(trained, obs, key)[0]
+    )
+    np.testing.assert_array_equal(
+        uniform.exploit(module, obs, key)[0], policy.exploit(module, obs, key)[0]
+    )
+    with pytest.raises(ValueError, match="warmup_actions must be one of"):
+        sac_algorithm({"warmup_actions": "random"})
+
+
+def test_a_trainer_fills_its_warmup_rows_with_uniform_actions():
+    """SB3's warm-up: Pendulum's torques in [-2, 2] drawn uniformly (std 4 / sqrt(12) = 1.15),
+    where the initial policy's 2 tanh(0.22 z) stay near 0 (std about 0.44)."""
+    config = {"num_steps_sampled_before_learning_starts": 512, "rollout_fragment_length": 8}
+
+    def warmup_actions(warmup):
+        learner = jl.algorithms.sac(
+            PENDULUM.observation_space,
+            PENDULUM.action_space,
+            {**SMALL, **config, "warmup_actions": warmup},
+        )
+        trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=8, seed=0, progress=False)
+        while trainer.buffer is None or int(trainer.buffer.size) < 512:
+            trainer.step()
+        return np.asarray(trainer.buffer.storage["actions"][:512])
+
+    assert 1.05 < float(warmup_actions("uniform").std()) < 1.25
+    assert float(warmup_actions("policy").std()) < 0.6
 
 
 def test_prioritized_replay_weights_only_the_critic_term_and_gives_td_errors(jit):

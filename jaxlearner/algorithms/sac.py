@@ -20,6 +20,9 @@ field                                         default      meaning (RLlib's name
 ``train_batch_size``                          256          rows sampled per update
 ``replay_buffer_capacity``                    1000000      ``replay_buffer_config["capacity"]``
 ``num_steps_sampled_before_learning_starts``  1500         env steps before the first update
+``warmup_actions``                            "policy"     how those steps act: "policy" (its
+                                                           samples, RLlib) or "uniform" (the
+                                                           action space's, SB3)
 ``training_intensity``                        None         rows trained on per env step
                                                            (None: one update per env step)
 ``rollout_fragment_length``                   4            env steps per sub-env per iteration
@@ -85,12 +88,17 @@ import jax.numpy as jnp
 from jaxlearner.algorithms.algorithm import MODULE_ID, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
+    check_choice,
     check_learning_rates,
     check_positive,
     config_adam,
     freeze_schedule,
 )
-from jaxlearner.algorithms.networks.acting import explore_and_exploit
+from jaxlearner.algorithms.networks.acting import (
+    WARMUP_ACTIONS,
+    explore_and_exploit,
+    uniform_actions,
+)
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
@@ -125,6 +133,7 @@ class SACConfig:
     train_batch_size: int = 256
     replay_buffer_capacity: int = 1_000_000
     num_steps_sampled_before_learning_starts: int = 1500
+    warmup_actions: str = "policy"
     training_intensity: float | None = None
     rollout_fragment_length: int = 4
     n_step: int = 1
@@ -153,6 +162,7 @@ class SACConfig:
             owner, actor_lr=self.actor_lr, critic_lr=self.critic_lr, alpha_lr=self.alpha_lr
         )
         check_positive(owner, initial_alpha=self.initial_alpha)
+        check_choice(owner, "warmup_actions", self.warmup_actions, WARMUP_ACTIONS)
         if self.target_entropy != "auto" and (
             isinstance(self.target_entropy, bool)
             or not isinstance(self.target_entropy, int | float)
@@ -256,7 +266,10 @@ def make_algorithm(
     evaluate, and the critics' TD errors for prioritized replay."""
     model = learner.specs[MODULE_ID].model
     discrete = model.distribution.is_discrete
-    act = _act(model, int(action_space.start) if discrete else 0)
+    uniform_until = 0
+    if config.warmup_actions == "uniform":
+        uniform_until = config.num_steps_sampled_before_learning_starts
+    act = _act(model, int(action_space.start) if discrete else 0, uniform_until)
     action_dtype = jnp.int32 if discrete else jnp.float32
     return off_policy_algorithm(
         "sac",
@@ -268,14 +281,24 @@ def make_algorithm(
     )
 
 
-def _act(model: SACNetworks, start: int) -> Callable:
+def _act(model: SACNetworks, start: int, uniform_until: int) -> Callable:
     """``act(module, obs, key, deterministic)``: a sample (or the mode) of the policy; a
-    ``Discrete`` space's ``start`` is added for the environment, the index trained on."""
+    ``Discrete`` space's ``start`` is added for the environment, the index trained on.
+
+    A sample is drawn uniformly from the action space instead (SB3's warm-up) while the module
+    has trained on fewer than ``uniform_until`` env steps: before its first update, since the
+    first update counts every env step collected until then."""
 
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         dist_inputs = model.apply(module.params, obs, method="policy")
         policy = make_distribution(model.distribution, dist_inputs)
         actions = policy.mode() if deterministic else policy.sample(key)
+        if uniform_until and not deterministic:
+            # A key folded from the sample's: the policy's own samples stay as they were.
+            uniform = uniform_actions(
+                model.distribution, actions.shape[:1], jax.random.fold_in(key, 1)
+            )
+            actions = jnp.where(module.env_steps < uniform_until, uniform, actions)
         if start == 0:
             return actions, {}
         return actions + start, {"actions": actions}

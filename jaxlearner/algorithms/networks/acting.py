@@ -1,4 +1,5 @@
-"""Acting with a policy's distribution: a sample or the mode, clipped to a ``Box``.
+"""Acting with a policy's distribution: a sample or the mode, clipped to a ``Box``; or
+uniformly random actions of the distribution's space, for an off-policy warm-up.
 
 What the act functions of the actor-critic algorithms (PPO, APPO) share: the action to train
 on is the distribution's own sample (unclipped, so its log-probability is exact), the action
@@ -55,3 +56,43 @@ def explore_and_exploit(act: Callable[..., Any]) -> tuple[Callable[..., Any], Ca
     explore = lambda module, obs, key: act(module, obs, key, False)
     exploit = lambda module, obs, key: act(module, obs, key, True)
     return explore, exploit
+
+
+WARMUP_ACTIONS: tuple[str, ...] = ("policy", "uniform")
+"""``warmup_actions`` values: the policy's own samples before learning starts (RLlib), or
+actions drawn uniformly from the action space (SB3's off-policy warm-up)."""
+
+
+def uniform_actions(
+    distribution: DistributionSpec, batch_shape: tuple[int, ...], key: jax.Array
+) -> jax.Array:
+    """Actions drawn uniformly from what the distribution covers, SB3's warm-up actions.
+
+    Args:
+      distribution: a ``"tanh_gaussian"`` (uniform in ``[low, high)`` per dimension, ``-1``
+        and ``1`` where unset) or a ``"categorical"`` (each of its ``n`` indices alike).
+      batch_shape: the leading shape, e.g. ``(N,)`` for ``N`` environments.
+      key: the PRNG key.
+
+    Returns:
+      ``[*batch_shape, d]`` float32 or ``[*batch_shape]`` int32 actions.
+
+    Raises:
+      ValueError: for another kind.
+
+    Example:
+      >>> spec = DistributionSpec("tanh_gaussian", (2,), low=(0.0, -2.0), high=(1.0, 2.0))
+      >>> uniform_actions(spec, (5,), jax.random.key(0)).shape
+      (5, 2)
+    """
+    if distribution.kind == "categorical":
+        return jax.random.randint(key, batch_shape, 0, distribution.sizes[0], jnp.int32)
+    if distribution.kind == "tanh_gaussian":
+        (size,) = distribution.sizes
+        low = jnp.asarray(distribution.low or (-1.0,) * size, jnp.float32)
+        high = jnp.asarray(distribution.high or (1.0,) * size, jnp.float32)
+        return jax.random.uniform(key, (*batch_shape, size), jnp.float32, low, high)
+    raise ValueError(
+        f"Uniform warm-up actions need a 'tanh_gaussian' or 'categorical' distribution; got "
+        f"{distribution.kind!r}."
+    )

@@ -52,7 +52,10 @@ SB3 / RL Zoo                           jaxlearner
                                        10, its ``gamma`` the row's), and ``num_envs_per_env_runner =
                                        n_envs``; ``"{'norm_obs': True, 'norm_reward': False}"`` as
                                        written
-``learning_starts``                    ``num_steps_sampled_before_learning_starts`` (env steps)
+``learning_starts``                    ``num_steps_sampled_before_learning_starts`` (env steps);
+                                       SAC: ``warmup_actions="uniform"`` (SB3 acts uniformly at
+                                       random until then; SB3's DQN too, where our epsilon starts
+                                       at 1)
 ``buffer_size``                        ``replay_buffer_capacity``
 ``tau``                                ``tau``
 ``train_freq`` / ``gradient_steps``    ``rollout_fragment_length = train_freq``;

@@ -265,6 +265,7 @@ def _sac(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
         "twin_q": True,
         "td_error_loss_fn": "mse",
         "grad_clip": None,
+        "warmup_actions": "uniform",
     }
 
 
