@@ -102,11 +102,13 @@ class FlatLayout(NamedTuple):
       shapes: each leaf's shape, in ``jax.tree.leaves`` order.
       dtypes: each leaf's dtype (``numpy``), in the same order; the arrays are one per
         distinct dtype, in the order of each dtype's first leaf.
+      sizes: each leaf's number of elements, in the same order.
     """
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[np.dtype, ...]
+    sizes: tuple[int, ...]
 
 
 def concatenate(tree: Any) -> tuple[tuple[jax.Array, ...], FlatLayout]:
@@ -134,7 +136,8 @@ def concatenate(tree: Any) -> tuple[tuple[jax.Array, ...], FlatLayout]:
         by_dtype.setdefault(np.dtype(leaf.dtype), []).append(jnp.ravel(leaf))
     arrays = tuple(jnp.concatenate(parts) for parts in by_dtype.values())
     shapes = tuple(tuple(leaf.shape) for leaf in leaves)
-    return arrays, FlatLayout(treedef, shapes, tuple(np.dtype(leaf.dtype) for leaf in leaves))
+    dtypes = tuple(np.dtype(leaf.dtype) for leaf in leaves)
+    return arrays, FlatLayout(treedef, shapes, dtypes, tuple(int(leaf.size) for leaf in leaves))
 
 
 def split_on_host(arrays: Any, layout: FlatLayout) -> Any:
@@ -150,8 +153,8 @@ def split_on_host(arrays: Any, layout: FlatLayout) -> Any:
     offsets = dict.fromkeys(layout.dtypes, 0)
     columns = dict(zip(offsets, (np.asarray(array) for array in arrays), strict=True))
     leaves = []
-    for shape, dtype in zip(layout.shapes, layout.dtypes, strict=True):
-        size, start = int(np.prod(shape, dtype=np.int64)), offsets[dtype]
+    for shape, dtype, size in zip(layout.shapes, layout.dtypes, layout.sizes, strict=True):
+        start = offsets[dtype]
         leaves.append(columns[dtype][start : start + size].reshape(shape))
         offsets[dtype] = start + size
     return jax.tree.unflatten(layout.treedef, leaves)

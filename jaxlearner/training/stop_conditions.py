@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from jaxlearner.training.history import column
+from jaxlearner.training.history import column, tail
 
 History = Sequence[Mapping[str, float]]
 
@@ -73,7 +73,7 @@ class RewardBound:
         _check_positive("RewardBound.times", self.times, integer=True)
 
     def __call__(self, history: History) -> bool:
-        values = _values(history, self.key)[-self.times :]
+        values = tail(history, self.key, self.times)
         return len(values) == self.times and min(values) >= self.bound
 
 
@@ -89,7 +89,7 @@ class MaxEnvSteps:
         _check_key(self.key)
 
     def __call__(self, history: History) -> bool:
-        values = _values(history, self.key)
+        values = tail(history, self.key, 1)
         return bool(values) and values[-1] >= self.steps
 
 
@@ -105,7 +105,7 @@ class MaxIterations:
         _check_key(self.key)
 
     def __call__(self, history: History) -> bool:
-        values = _values(history, self.key)
+        values = tail(history, self.key, 1)
         return bool(values) and values[-1] >= self.iterations
 
 
@@ -121,7 +121,7 @@ class MaxWallTime:
         _check_key(self.key)
 
     def __call__(self, history: History) -> bool:
-        values = _values(history, self.key)
+        values = tail(history, self.key, 1)
         return bool(values) and values[-1] >= self.seconds
 
 
@@ -148,7 +148,7 @@ class Plateau:
             raise ValueError(f"Plateau.tolerance must be >= 0; got {self.tolerance!r}.")
 
     def __call__(self, history: History) -> bool:
-        window = _values(history, self.key)[-self.patience :]
+        window = tail(history, self.key, self.patience)
         return len(window) == self.patience and max(window) - min(window) <= self.tolerance
 
 
