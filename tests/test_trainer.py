@@ -14,7 +14,7 @@ import jaxlearner as jl
 from jaxlearner.algorithms.replay.off_policy import (
     make_replay_updates,
     replay_add,
-    replay_init,
+    replay_init_for,
     updates_due,
 )
 from jaxlearner.training.env_runner import EnvRunner
@@ -280,8 +280,7 @@ def test_a_replay_feed_reports_its_update_metrics_exactly_on_the_host():
     )
     experience, key = rollout.experience(), jax.random.key(2)
     count, _ = updates_due(algorithm, 0, rollout.env_steps, 0.0)
-    rows = jax.eval_shape(algorithm.transitions, experience)
-    buffer = replay_init(algorithm, jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows))
+    buffer = replay_init_for(algorithm, experience)
 
     @jax.jit
     def by_hand(state, buffer):

@@ -199,11 +199,8 @@ def _warm_up(
     before that only collect, and run here.
     """
     module = state.learner.modules[algorithm.module_id]
-    example = jax.eval_shape(
-        lambda: algorithm.transitions(rollout(module, state.env_states, state.obs, state.key)[2])
-    )
-    example = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), example)
-    buffer = off_policy.replay_init(algorithm, example)
+    experience = jax.eval_shape(lambda: rollout(module, state.env_states, state.obs, state.key)[2])
+    buffer = off_policy.replay_init_for(algorithm, experience)
     warmup = off_policy.warmup_iterations(algorithm, steps)
     observe = _observer(algorithm)
 

@@ -131,12 +131,12 @@ def concatenate(tree: Any) -> tuple[tuple[jax.Array, ...], FlatLayout]:
     """
     leaves, treedef = jax.tree.flatten(tree)
     leaves = [jnp.asarray(leaf) for leaf in leaves]
+    dtypes = tuple(np.dtype(leaf.dtype) for leaf in leaves)
     by_dtype: dict[np.dtype, list[jax.Array]] = {}
-    for leaf in leaves:
-        by_dtype.setdefault(np.dtype(leaf.dtype), []).append(jnp.ravel(leaf))
+    for leaf, dtype in zip(leaves, dtypes, strict=True):
+        by_dtype.setdefault(dtype, []).append(jnp.ravel(leaf))
     arrays = tuple(jnp.concatenate(parts) for parts in by_dtype.values())
     shapes = tuple(tuple(leaf.shape) for leaf in leaves)
-    dtypes = tuple(np.dtype(leaf.dtype) for leaf in leaves)
     return arrays, FlatLayout(treedef, shapes, dtypes, tuple(int(leaf.size) for leaf in leaves))
 
 

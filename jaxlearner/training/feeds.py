@@ -36,7 +36,7 @@ from jaxlearner.algorithms.replay.off_policy import (
     make_replay_updates,
     replay_add,
     replay_from_arrays,
-    replay_init,
+    replay_init_for,
     updates_due,
 )
 from jaxlearner.core.packing import FlatLayout, concatenate, split_on_host
@@ -218,9 +218,8 @@ class ReplayFeed:
         algorithm = self._algorithm
         state, _ = observe(algorithm, state, module, experience)
         if self._buffer is None:
-            rows = jax.eval_shape(algorithm.transitions, experience)
-            example = jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows)
-            self._buffer = algorithm.learner.placement.put(replay_init(algorithm, example))
+            buffer = replay_init_for(algorithm, experience)
+            self._buffer = algorithm.learner.placement.put(buffer)
         self._uncounted_env_steps += env_steps
         count, self._updates_due = updates_due(
             algorithm, env_steps_before, env_steps, self._updates_due

@@ -239,6 +239,17 @@ Buffer: TypeAlias = replay_buffer.ReplayBuffer | prioritized_replay.PrioritizedR
 """An off-policy algorithm's replay buffer, of the kind :func:`replay_init` chose."""
 
 
+def replay_init_for(algorithm: OffPolicyAlgorithm, experience: Any) -> Buffer:
+    """:func:`replay_init` shaped for the rows ``algorithm.transitions`` makes of ``experience``
+    (arrays, or ``jax.ShapeDtypeStruct`` s: only their shapes are read).
+
+    Example:
+      >>> buffer = replay_init_for(sac, rollout.experience())      # doctest: +SKIP
+    """
+    rows = jax.eval_shape(algorithm.transitions, experience)
+    return replay_init(algorithm, jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows))
+
+
 def replay_init(algorithm: OffPolicyAlgorithm, example: Batch) -> Buffer:
     """The empty replay buffer of the algorithm's kind, shaped for one replay row.
 
