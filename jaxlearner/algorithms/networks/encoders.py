@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlearner.algorithms.networks.convolution import Conv
+
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": nn.tanh,
     "relu": nn.relu,
@@ -35,6 +37,9 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 """Activations by name (RLlib's ``fcnet_activation`` names; ``"linear"`` is none)."""
 
 OBSERVATION_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
+CONV_PADDINGS: tuple[str, ...] = ("same", "valid")
+"""The CNN's padding: ``"same"`` keeps small images (MinAtar's 10x10) valid; ``"valid"`` is
+the Nature DQN's (84x84 to 20, 9 and 7: 3,136 features), as SB3's ``NatureCNN``."""
 SQRT2 = math.sqrt(2.0)
 
 
@@ -173,7 +178,10 @@ class CNN(nn.Module):
     """A Nature-DQN-style convolution stack: ``[..., H, W, C] -> [..., features]`` flattened.
 
     Integer (e.g. uint8) images are scaled by ``1/255``; float images are used
-    as they are. ``"SAME"`` padding keeps small images (e.g. 10x10) valid.
+    as they are. ``"SAME"`` padding (the default) keeps small images (e.g. 10x10)
+    valid; ``"VALID"`` is the Nature DQN's. The convolutions are
+    :class:`~jaxlearner.algorithms.networks.convolution.Conv` (``flax.linen.Conv``'s params
+    and values, with a kernel gradient that stays fast on CPU inside loops).
     Mnih et al. 2015, https://www.nature.com/articles/nature14236.
 
     Attributes:
@@ -183,10 +191,13 @@ class CNN(nn.Module):
       activation: a name in :data:`ACTIVATIONS`.
       ortho_init: orthogonal kernels (gain ``sqrt(2)``) and zero biases, or
         PyTorch's default ``nn.Conv2d`` initialisation.
+      padding: ``"SAME"`` or ``"VALID"``, every convolution's.
 
     Example:
-      >>> cnn = CNN()
+      >>> cnn = CNN(padding="VALID")
       >>> params = cnn.init(jax.random.key(0), jnp.zeros((2, 84, 84, 4), jnp.uint8))
+      >>> cnn.apply(params, jnp.zeros((2, 84, 84, 4), jnp.uint8)).shape
+      (2, 3136)
     """
 
     channels: Sequence[int] = (32, 64, 64)
@@ -194,8 +205,11 @@ class CNN(nn.Module):
     strides: Sequence[int] = (4, 2, 1)
     activation: str = "relu"
     ortho_init: bool = True
+    padding: str = "SAME"
 
     def __post_init__(self) -> None:
+        if self.padding not in ("SAME", "VALID"):
+            raise ValueError(f"CNN.padding must be 'SAME' or 'VALID'; got {self.padding!r}.")
         for name in ("channels", "kernel_sizes", "strides"):
             object.__setattr__(self, name, _sizes(getattr(self, name), f"CNN.{name}"))
         if not len(self.channels) == len(self.kernel_sizes) == len(self.strides):
@@ -218,14 +232,7 @@ class CNN(nn.Module):
             init = {"kernel_init": orthogonal(SQRT2)}
             if not self.ortho_init:
                 init = {"kernel_init": TORCH_KERNEL_INIT, "bias_init": torch_bias_init(fan_in)}
-            conv = nn.Conv(
-                channels,
-                (kernel, kernel),
-                (stride, stride),
-                padding="SAME",
-                name=f"conv_{i}",
-                **init,
-            )
+            conv = Conv(channels, kernel, stride, self.padding, name=f"conv_{i}", **init)
             x = ACTIVATIONS[self.activation](conv(x))
         return x.reshape(*x.shape[:-3], -1)
 
@@ -249,6 +256,7 @@ class Encoder(nn.Module):
       hidden_sizes: the MLP's layers; ``()`` returns the preprocessed input.
       activation: the MLP's activation (the CNN always uses ReLU).
       ortho_init: the CNN's and the MLP's initialisation (see :func:`dense`).
+      conv_padding: the CNN's padding, one of :data:`CONV_PADDINGS`.
     """
 
     observation_shape: tuple[int, ...]
@@ -258,9 +266,16 @@ class Encoder(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     ortho_init: bool = True
+    conv_padding: str = "same"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "observation_shape", tuple(self.observation_shape))
+        if self.conv_padding not in CONV_PADDINGS:
+            raise ValueError(
+                f"conv_padding must be one of {CONV_PADDINGS}; got {self.conv_padding!r}."
+            )
+        if self.kind == "image":
+            _check_conv_sizes(self.observation_shape, self.conv_padding)
         if self.kind not in ("vector", "one_hot", "image"):
             raise ValueError(
                 f"Encoder.kind must be 'vector', 'one_hot' or 'image'; got {self.kind!r}."
@@ -280,7 +295,8 @@ class Encoder(nn.Module):
             )
         batch = obs.shape[: obs.ndim - rank]
         if self.kind == "image":
-            x = CNN(ortho_init=self.ortho_init, name="cnn")(obs)
+            padding = self.conv_padding.upper()
+            x = CNN(ortho_init=self.ortho_init, padding=padding, name="cnn")(obs)
         elif self.kind == "one_hot":
             values = obs.reshape(*batch, len(self.one_hot_sizes)).astype(jnp.int32)
             starts = jnp.asarray(self.one_hot_starts or (0,) * len(self.one_hot_sizes))
@@ -301,6 +317,7 @@ def encoder_for(
     hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "tanh",
     ortho_init: bool = True,
+    conv_padding: str = "same",
 ) -> Encoder:
     """An :class:`Encoder` for a gymnasium observation space.
 
@@ -314,12 +331,15 @@ def encoder_for(
       hidden_sizes: the MLP's layers after preprocessing.
       activation: a name in :data:`ACTIVATIONS`.
       ortho_init: orthogonal initialisation, or PyTorch's default (see :func:`dense`).
+      conv_padding: the CNN's padding for images, one of :data:`CONV_PADDINGS`.
 
     Returns:
       An :class:`Encoder`: ``obs [..., *space.shape] -> features [..., F]``.
 
     Raises:
       TypeError: for other spaces (``Dict``, ``Tuple``, ``Text``, ``Graph``, ...).
+      ValueError: for an unknown ``conv_padding``, or ``"valid"`` on an image too small
+        for the CNN.
 
     Example:
       >>> encoder = encoder_for(gymnasium.spaces.Box(-1, 1, (4,)), (64, 64), "tanh")
@@ -329,6 +349,7 @@ def encoder_for(
         "hidden_sizes": tuple(hidden_sizes),
         "activation": activation,
         "ortho_init": ortho_init,
+        "conv_padding": conv_padding,
     }
     spaces = gymnasium.spaces
     if isinstance(observation_space, spaces.Box):
@@ -348,3 +369,19 @@ def encoder_for(
         f"encoder_for supports observation spaces {OBSERVATION_SPACES}; got {observation_space!r}."
         " Flatten Dict and Tuple spaces first (e.g. gymnasium.wrappers.FlattenObservation)."
     )
+
+
+def _check_conv_sizes(shape: tuple[int, ...], padding: str) -> None:
+    """Raises ``ValueError`` when ``"valid"`` convolutions leave nothing of an image."""
+    if padding != "valid":
+        return
+    height, width = shape[:2]
+    cnn = CNN()
+    for layer, (kernel, stride) in enumerate(zip(cnn.kernel_sizes, cnn.strides, strict=True)):
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        if height < 1 or width < 1:
+            raise ValueError(
+                f"conv_padding='valid' leaves nothing of a {shape[0]}x{shape[1]} image at "
+                f"convolution {layer} (kernel {kernel}, stride {stride}); use 'same' for "
+                "small images."
+            )
