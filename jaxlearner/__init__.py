@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         restore,
     )
     from jaxlearner.training.custom_algorithm import custom_algorithm
+    from jaxlearner.training.atari import make_atari
     from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
     from jaxlearner.training.offline.datasets import (
         Dataset,
@@ -105,6 +106,7 @@ _LAZY = {
     "save_dataset": "jaxlearner.training.offline.datasets",
     "record_episodes": "jaxlearner.training.offline.datasets",
     "load_minari": "jaxlearner.training.offline.minari_datasets",
+    "make_atari": "jaxlearner.training.atari",  # needs the atari extra
     "WandbWriter": "jaxlearner.training.outputs.wandb_writer",
 }
 # Sub-modules reachable as jl.NAME, loaded on first use.
@@ -204,6 +206,7 @@ __all__ = [
     "load_dataset",
     "load_minari",
     "loggers",
+    "make_atari",
     "make_gradient_stages",
     "make_observe",
     "make_update",

@@ -30,3 +30,20 @@ def test_an_env_continues_exactly_from_its_saved_attributes():
     again = [env.step(1)[0] for _ in range(5)] + [env.reset()[0]]  # reset draws from np_random
     np.testing.assert_array_equal(np.stack(first), np.stack(again))
     assert "__generator__" in saved["_np_random"]  # gymnasium keeps its generator there
+
+
+def test_stacked_frames_continue_exactly_from_their_saved_attributes():
+    """FrameStackObservation keeps its frames in a deque: captured, a stacked env continues
+    with the same stacks (without it the first stack after a restore mixes two episodes)."""
+    env = gym.wrappers.FrameStackObservation(gym.make("CartPole-v1"), 4)
+    env.reset(seed=3)
+    env.step(0)
+    layers = [env, env.env, env.env.env, env.unwrapped]
+    saved = json.loads(json.dumps([plain_attributes(layer) for layer in layers]))
+    assert "__deque__" in saved[0]["obs_queue"]
+    first = [env.step(1)[0] for _ in range(3)]
+    env.reset(seed=9)
+    for layer, attributes in zip(layers, saved, strict=True):
+        set_plain_attributes(layer, attributes)
+    again = [env.step(1)[0] for _ in range(3)]
+    np.testing.assert_array_equal(np.stack(first), np.stack(again))

@@ -9,7 +9,9 @@ import pytest
 import jaxlearner as jl
 from jaxlearner.algorithms.builtin import algorithm_recipe
 from jaxlearner.algorithms.presets import PRESETS, Preset, preset_row, preset_rows
+from jaxlearner.algorithms.presets.preset import ANY_ATARI
 from jaxlearner.algorithms.presets.sb3 import NO_VALUE_CLIP, linear_schedule, zoo_row
+from jaxlearner.training.atari import make_env
 
 # gymnasium's LunarLander-v3 spaces, for machines without Box2D (the box2d extra).
 _LUNAR_LANDER = (
@@ -19,8 +21,10 @@ _LUNAR_LANDER = (
 
 
 def _spaces(env_id):
+    if env_id == ANY_ATARI:  # the rows for every game: one of them
+        env_id = "ALE/Pong-v5"
     try:
-        env = gymnasium.make(env_id)
+        env = make_env(env_id)
     except gymnasium.error.DependencyNotInstalled:
         if env_id != "LunarLander-v3":
             raise

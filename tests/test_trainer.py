@@ -15,8 +15,8 @@ from jaxlearner.algorithms.replay.off_policy import (
     make_replay_updates,
     replay_add,
     replay_init_for,
-    updates_due,
 )
+from jaxlearner.algorithms.replay.update_rate import updates_due
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.outputs.loggers import JSONLinesWriter, read_json_lines

@@ -220,10 +220,13 @@ class OffPolicyAlgorithm:
         training intensity divided by the batch size).
       prioritized_replay: a :class:`PrioritizedReplay` to sample by priority,
         or ``None`` (the default) for uniform replay.
+      frame_stack: the frames stacked on the observations' last axis, kept once per
+        frame in the buffer (:mod:`~jaxlearner.algorithms.replay.frame_stack`), or
+        ``None`` (the default) to store observations as they are.
 
     Raises:
       ValueError: for a capacity, batch size or update rate that is not positive,
-        or a negative ``learning_starts``.
+        a negative ``learning_starts`` or a ``frame_stack`` below 2.
     """
 
     name: str
@@ -239,8 +242,18 @@ class OffPolicyAlgorithm:
     learning_starts: int
     updates_per_step: float
     prioritized_replay: PrioritizedReplay | None = None
+    frame_stack: int | None = None
 
     def __post_init__(self) -> None:
+        if self.frame_stack is not None and (
+            isinstance(self.frame_stack, bool)
+            or not isinstance(self.frame_stack, int)
+            or self.frame_stack < 2
+        ):
+            raise ValueError(
+                f"Off-policy algorithm {self.name!r}: frame_stack must be None or an int >= 2; "
+                f"got {self.frame_stack!r}."
+            )
         if self.replay_capacity <= 0 or self.train_batch_size <= 0 or self.updates_per_step <= 0:
             raise ValueError(
                 f"Off-policy algorithm {self.name!r} needs a positive replay_capacity, "

@@ -40,6 +40,7 @@ field                             default     meaning (RLlib's name where it dif
 ``ortho_init``                    True        orthogonal init (gain sqrt(2) hidden, 0.01
                                               policy, 1 value); False: PyTorch's default
                                               (SB3's ``ortho_init``)
+``conv_padding``                  "same"      the CNN's padding for images ("valid": Nature's)
 ``norm_obs``, ``norm_reward``     False       observation normalization and reward scaling,
 ``clip_obs``, ``clip_reward``     10.0        as PPO's (SB3's ``VecNormalize`` names; see
 ``num_envs_per_env_runner``       1           ``trajectories.normalization``)
@@ -165,6 +166,7 @@ class APPOConfig:
     head_activation: str = "relu"
     log_std_init: float = 0.0
     ortho_init: bool = True
+    conv_padding: str = "same"
     norm_obs: bool = False
     norm_reward: bool = False
     clip_obs: float = 10.0

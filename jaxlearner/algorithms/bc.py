@@ -17,6 +17,7 @@ field                              default    meaning (RLlib's name where it dif
 ``activation``                     "tanh"     ``fcnet_activation``
 ``head_hidden_sizes``              ()         ``head_fcnet_hiddens``
 ``head_activation``                "relu"     ``head_fcnet_activation``
+``conv_padding``                   "same"     the CNN's padding for images ("valid": Nature's)
 =================================  =========  ==============================================
 
 ``total = -mean(log pi(a | obs))`` over the batch's rows.
@@ -70,6 +71,7 @@ class BCConfig:
     activation: str = "tanh"
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
+    conv_padding: str = "same"
     log_std_init: float = 0.0
 
     def __post_init__(self) -> None:
@@ -115,7 +117,10 @@ def policy_model(
         config.head_hidden_sizes,
         config.head_activation,
     )
-    return Tower(encoder_for(observation_space, config.hidden_sizes, config.activation), head)
+    encoder = encoder_for(
+        observation_space, config.hidden_sizes, config.activation, conv_padding=config.conv_padding
+    )
+    return Tower(encoder, head)
 
 
 def make_learner(

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import optax
 
-from jaxlearner.algorithms.networks.encoders import ACTIVATIONS
+from jaxlearner.algorithms.networks.encoders import ACTIVATIONS, CONV_PADDINGS
 from jaxlearner.core.optimizer import CLIP_MODES, NEGATIVE_RATE, Optimizer
 from jaxlearner.core.schedules import ScheduleLike, as_schedule, check_not_negative
 
@@ -219,8 +219,8 @@ def check_policy_network_config(config: Any) -> None:
 
     For the configs of PPO, APPO, MARWIL and BC, each of which keeps these
     fields itself, with RLlib's flat names: ``grad_clip_by``, ``hidden_sizes``,
-    ``head_hidden_sizes``, ``activation`` and ``head_activation``. The layer
-    sizes are stored as tuples (hashable, equal after JSON).
+    ``head_hidden_sizes``, ``activation``, ``head_activation`` and ``conv_padding``.
+    The layer sizes are stored as tuples (hashable, equal after JSON).
 
     Args:
       config: a frozen config dataclass; its class name starts each message.
@@ -228,7 +228,7 @@ def check_policy_network_config(config: Any) -> None:
     Raises:
       ValueError: naming the field, the value received and the valid values:
         ``grad_clip_by`` in ``CLIP_MODES``, layer sizes as positive ints, known
-        activations.
+        activations, ``conv_padding`` in ``CONV_PADDINGS``.
 
     Example:
       >>> check_policy_network_config(PPOConfig())  # doctest: +SKIP
@@ -239,6 +239,7 @@ def check_policy_network_config(config: Any) -> None:
         owner, hidden_sizes=config.hidden_sizes, head_hidden_sizes=config.head_hidden_sizes
     )
     check_activation(owner, activation=config.activation, head_activation=config.head_activation)
+    check_choice(owner, "conv_padding", config.conv_padding, CONV_PADDINGS)
     object.__setattr__(config, "hidden_sizes", tuple(config.hidden_sizes))
     object.__setattr__(config, "head_hidden_sizes", tuple(config.head_hidden_sizes))
 

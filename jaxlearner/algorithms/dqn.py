@@ -39,6 +39,11 @@ field                                         default         meaning (RLlib's n
 ``prioritized_replay_beta``                   0.4             importance-weight exponent,
                                                               constant (as RLlib's)
 ``prioritized_replay_eps``                    1e-6            added to every priority
+``replay_frame_stack``                        None            frames stacked on the observations'
+                                                              last axis, kept once per frame in
+                                                              the buffer (Atari: 4)
+``conv_padding``                              "same"          the CNN's padding for images;
+                                                              "valid": the Nature DQN's
 ``norm_obs``, ``clip_obs``                    False, 10.0     running observation mean/std,
                                                               normalized batches sampled from
                                                               raw rows (SB3's ``VecNormalize``)
@@ -111,6 +116,7 @@ from jaxlearner.algorithms.config import (
     config_adam,
     freeze_schedule,
 )
+from jaxlearner.algorithms.networks.encoders import CONV_PADDINGS
 from jaxlearner.algorithms.networks.models import q_network
 from jaxlearner.algorithms.replay.off_policy import (
     masked_mean,
@@ -159,6 +165,8 @@ class DQNConfig:
     prioritized_replay_alpha: float = 0.6
     prioritized_replay_beta: float = 0.4
     prioritized_replay_eps: float = 1e-6
+    replay_frame_stack: int | None = None
+    conv_padding: str = "same"
     norm_obs: bool = False
     clip_obs: float = 10.0
 
@@ -172,6 +180,7 @@ class DQNConfig:
         check_positive(owner, adam_epsilon=self.adam_epsilon)
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
         check_layers(owner, head_hidden_sizes=self.head_hidden_sizes)
+        check_choice(owner, "conv_padding", self.conv_padding, CONV_PADDINGS)
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
 
@@ -292,6 +301,7 @@ def make_learner(
         config.activation,
         config.dueling,
         config.head_hidden_sizes,
+        config.conv_padding,
     )
     spec = _module_spec(model, observation_space, config)
     layout = replay_layout(observation_space, (), jnp.int32, config.prioritized_replay)

@@ -24,6 +24,7 @@ field                                        default    meaning (RLlib's name wh
 ``head_activation``                          "relu"     ``head_fcnet_activation``
 ``log_std_init``                             0.0        initial log-std (Box actions)
 ``ortho_init``                               True       orthogonal init; False: PyTorch's default
+``conv_padding``                             "same"     the CNN's padding ("valid": Nature's)
 ===========================================  =========  ==========================================
 
 As in RLlib, with ``A = V_target - V(obs)`` over the batch, ``c`` the moving
@@ -108,6 +109,7 @@ class MARWILConfig:
     head_activation: str = "relu"
     log_std_init: float = 0.0
     ortho_init: bool = True
+    conv_padding: str = "same"
 
     def __post_init__(self) -> None:
         check_fraction(

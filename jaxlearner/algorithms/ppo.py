@@ -37,6 +37,8 @@ field                         default         meaning (RLlib's name where it dif
 ``ortho_init``                True            orthogonal init (gain sqrt(2) hidden, 0.01 policy,
                                               1 value); False: PyTorch's default, as SB3's
                                               ``ortho_init=False`` (jaxlearner's; SB3's name)
+``conv_padding``              "same"          the CNN's padding for images; "valid": the
+                                              Nature DQN's (SB3's ``NatureCNN``)
 ``use_lstm``                  False           an LSTM (or GRU) after the MLP encoder
 ``lstm_cell_size``            256             the cell's units
 ``max_seq_len``               20              steps per training sequence
@@ -150,6 +152,7 @@ class PPOConfig:
     head_activation: str = "relu"
     log_std_init: float = 0.0
     ortho_init: bool = True
+    conv_padding: str = "same"
     use_lstm: bool = False
     lstm_cell_size: int = 256
     max_seq_len: int = 20

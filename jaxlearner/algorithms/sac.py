@@ -37,6 +37,8 @@ field                                         default      meaning (RLlib's name
 ``prioritized_replay_alpha``                  0.6          priority exponent
 ``prioritized_replay_beta``                   0.4          importance-weight exponent (constant)
 ``prioritized_replay_eps``                    1e-6         added to every priority
+``replay_frame_stack``                        None         frames stacked on the observations'
+                                                           last axis, kept once per frame
 ``norm_obs``, ``clip_obs``                    False, 10    running observation mean/std
                                                            (SB3's ``VecNormalize`` names)
 ``norm_reward``, ``clip_reward``              False, 10    rewards / std of the running
@@ -147,6 +149,7 @@ class SACConfig:
     prioritized_replay_alpha: float = 0.6
     prioritized_replay_beta: float = 0.4
     prioritized_replay_eps: float = 1e-6
+    replay_frame_stack: int | None = None
     norm_obs: bool = False
     norm_reward: bool = False
     clip_obs: float = 10.0

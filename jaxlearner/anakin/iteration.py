@@ -23,7 +23,7 @@ from jaxlearner.algorithms.algorithm import (
     OnPolicyAlgorithm,
     RecurrentAct,
 )
-from jaxlearner.algorithms.replay import off_policy
+from jaxlearner.algorithms.replay import off_policy, update_rate
 from jaxlearner.anakin.envs.environment import Environment, EnvState
 from jaxlearner.anakin.rollouts import (
     Memory,
@@ -101,8 +101,14 @@ def make_learning(
         case OnPolicyAlgorithm():
             return _on_policy_learn(algorithm), lambda state: state
         case OffPolicyAlgorithm():
+            if algorithm.frame_stack is not None:
+                raise ValueError(
+                    f"{algorithm.name}: replay_frame_stack={algorithm.frame_stack} is for the "
+                    "Trainer's gymnasium environments (it checks every stored frame on the "
+                    "host); anakin stores observations as they are: set replay_frame_stack=None."
+                )
             rollout = make_rollout(algorithm, env, num_envs, rollout_steps)
-            updates = off_policy.updates_per_iteration(algorithm, steps_per_iteration)
+            updates = update_rate.updates_per_iteration(algorithm, steps_per_iteration)
             return _replay_learn(algorithm, updates), lambda state: _warm_up(
                 algorithm, rollout, state, steps_per_iteration
             )
@@ -129,7 +135,7 @@ def _replay_learn(algorithm: OffPolicyAlgorithm, updates: int) -> LearnFn:
 
     def learn(learner_state, buffer, module, experience, key, env_steps):
         del module
-        buffer = off_policy.replay_add(buffer, algorithm.transitions(experience))
+        buffer = off_policy.replay_store(algorithm, buffer, experience)
         keys = jax.random.split(key, updates)
         learner_state, buffer, metrics = replay_updates(learner_state, buffer, keys, env_steps)
         return learner_state, buffer, metrics
@@ -195,13 +201,13 @@ def _warm_up(
 
     The :class:`~jaxlearner.Trainer` updates in an iteration once its env
     steps so far reach ``learning_starts``
-    (:func:`~jaxlearner.algorithms.replay.off_policy.updates_due`); the iterations
+    (:func:`~jaxlearner.algorithms.replay.update_rate.updates_due`); the iterations
     before that only collect, and run here.
     """
     module = state.learner.modules[algorithm.module_id]
     experience = jax.eval_shape(lambda: rollout(module, state.env_states, state.obs, state.key)[2])
     buffer = off_policy.replay_init_for(algorithm, experience)
-    warmup = off_policy.warmup_iterations(algorithm, steps)
+    warmup = update_rate.warmup_iterations(algorithm, steps)
     observe = _observer(algorithm)
 
     def collect(carry: tuple, key: jax.Array) -> tuple[tuple, None]:
@@ -209,7 +215,7 @@ def _warm_up(
         module = learner_state.modules[algorithm.module_id]  # with the observers' state so far
         env_states, obs, experience, _ = rollout(module, env_states, obs, key)
         learner_state = observe(learner_state, experience)
-        buffer = off_policy.replay_add(buffer, algorithm.transitions(experience))
+        buffer = off_policy.replay_store(algorithm, buffer, experience)
         return (learner_state, env_states, obs, buffer), None
 
     key, warmup_key = jax.random.split(state.key)

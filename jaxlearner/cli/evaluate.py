@@ -31,6 +31,7 @@ from jaxlearner.cli.run_folder import (
     read_run,
 )
 from jaxlearner.core.state import LearnerState
+from jaxlearner.training.atari import make_env
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.env_runner import evaluate as evaluate_policy
 from jaxlearner.training.offline.record import record_run
@@ -172,7 +173,7 @@ def _check_rendering(env: str) -> None:
     anything else is left to the episode itself, which says what went wrong.
     """
     try:
-        probe = gym.make(env, render_mode="rgb_array")
+        probe = make_env(env, render_mode="rgb_array")
         try:
             probe.reset(seed=0)
             probe.render()

@@ -31,6 +31,7 @@ from jaxlearner.cli.run_folder import (
     check_run_keys,
     read_run,
 )
+from jaxlearner.training.atari import is_atari, make_env, register_ale
 from jaxlearner.training.offline.datasets import Dataset
 from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
 from jaxlearner.training.outputs.loggers import require_tensorboard
@@ -283,7 +284,7 @@ def build(settings: RunSettings) -> AnyAlgorithm:
     config = settings.config
     check_env_extra(settings.env)
     try:
-        env = gym.make(settings.env)
+        env = make_env(settings.env)
     except gym.error.Error as error:
         raise UsageError(str(error)) from None
     try:
@@ -316,8 +317,14 @@ def check_env_extra(env_id: str) -> None:
     """A MuJoCo environment without MuJoCo installed is one line naming the extra.
 
     Raises:
-      UsageError: ``HalfCheetah-v5 needs MuJoCo: pip install "jaxlearner[mujoco]"``.
+      UsageError: ``HalfCheetah-v5 needs MuJoCo: pip install "jaxlearner[mujoco]"``;
+        ``ALE/Pong-v5 needs ale-py, which is not installed: pip install "jaxlearner[atari]"``.
     """
+    if is_atari(env_id):
+        try:
+            register_ale(env_id)
+        except ImportError as error:
+            raise UsageError(str(error)) from None
     try:
         entry_point = gym.spec(env_id).entry_point
     except gym.error.Error:

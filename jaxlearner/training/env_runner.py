@@ -26,6 +26,11 @@ the first step of every episode (after :meth:`EnvRunner.reset`, after a
 ``SAME_STEP`` done, after a ``NEXT_STEP`` reset-only step), where the policy
 zeroes that environment's carry. Both are part of :meth:`EnvRunner.get_state`.
 
+Atari: for an ``ALE/...`` id the rollout's ``rewards`` and ``terminated`` are what the
+agent learns from (:class:`~jaxlearner.training.atari.AtariSignals`: rewards clipped to
+their sign, a lost life terminates), while the episode returns and lengths are the whole
+game's.
+
 This module and :mod:`jaxlearner.algorithms.networks.spaces` are where gymnasium enters.
 """
 
@@ -41,11 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.algorithms.algorithm import RecurrentAct
+from jaxlearner.training.atari import AtariSignals, is_atari
 from jaxlearner.training.env_state import (
+    capture_layers,
     decode_array,
     encode_array,
-    plain_attributes,
-    set_plain_attributes,
+    restore_layers,
 )
 from jaxlearner.training.rollout import Rollout
 from jaxlearner.training.vector_env import EnvLike, make_vector_env
@@ -101,12 +107,16 @@ class EnvRunner:
                 "SAME_STEP so that finished sub-environments reset."
             )
         self._policies: dict[tuple[int, str, bool], Callable[..., Any]] = {}
+        # ALE games: clipped rewards and life losses for learning (see training/atari.py).
+        self._signals = AtariSignals() if is_atari(env) else None
         self.reset(seed)
 
     def reset(self, seed: int | None = None) -> None:
         """Resets every sub-environment and the episode counters."""
-        obs, _ = self._envs.reset(seed=seed)
+        obs, infos = self._envs.reset(seed=seed)
         self._obs = _as_obs(obs)
+        if self._signals is not None:
+            self._signals.reset(infos)
         n = self._envs.num_envs
         self._resetting = np.zeros(n, bool)  # NEXT_STEP: this env's next step only resets
         self._returns = np.zeros(n, np.float64)
@@ -231,6 +241,9 @@ class EnvRunner:
                 for i in np.flatnonzero(done):
                     next_obs[i] = np.asarray(final[i], next_obs.dtype)
             rewards = np.where(valid, rewards, 0.0)
+            learned = (rewards, terminated)  # what the rollout holds
+            if self._signals is not None:
+                learned = self._signals(rewards, terminated, done, infos)
             self._returns += rewards
             self._lengths += valid
             for i in np.flatnonzero(done):
@@ -242,8 +255,8 @@ class EnvRunner:
             row = (
                 self._obs,
                 host_actions,
-                rewards.astype(np.float32),
-                terminated & valid,
+                learned[0].astype(np.float32),
+                learned[1] & valid,
                 truncated & valid,
                 next_obs,
                 valid,
@@ -289,8 +302,8 @@ class EnvRunner:
         processes with ``"async"``) are not captured; ``env_state_exact``
         says which case applies.
         """
-        envs = getattr(self._envs, "envs", None)
-        exact = isinstance(self._envs, gym.vector.SyncVectorEnv) and envs is not None
+        subs = getattr(self._envs, "envs", None)
+        exact = isinstance(self._envs, gym.vector.SyncVectorEnv) and subs is not None
         return {
             "obs": encode_array(self._obs),
             "resetting": encode_array(self._resetting),
@@ -301,9 +314,7 @@ class EnvRunner:
             if self._carry is None
             else [encode_array(np.asarray(x)) for x in jax.tree.leaves(self._carry)],
             "env_state_exact": exact,
-            "envs": [[plain_attributes(layer) for layer in _layers(env)] for env in envs]
-            if exact
-            else None,
+            "envs": capture_layers([_layers(env) for env in subs]) if exact else None,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -327,19 +338,11 @@ class EnvRunner:
         self._carry = None
         saved_carry = state.get("carry")
         self._saved_carry = None if saved_carry is None else [decode_array(x) for x in saved_carry]
-        saved_envs = state.get("envs")
-        envs = getattr(self._envs, "envs", None)
-        if not saved_envs or envs is None:
-            return
-        for env, saved_layers in zip(envs, saved_envs, strict=True):
-            layers = _layers(env)
-            if len(layers) != len(saved_layers):
-                raise ValueError(
-                    f"The saved environment had {len(saved_layers)} wrapper layers; this one has "
-                    f"{len(layers)} ({[type(layer).__name__ for layer in layers]})."
-                )
-            for layer, attributes in zip(layers, saved_layers, strict=True):
-                set_plain_attributes(layer, attributes)
+        if self._signals is not None:
+            self._signals.reset({})  # lives are known again after the next step
+        subs = getattr(self._envs, "envs", None)
+        if subs is not None:
+            restore_layers([_layers(env) for env in subs], state.get("envs"))
 
 
 def _layers(env: gym.Env) -> list[Any]:

@@ -31,14 +31,15 @@ from jaxlearner.algorithms.algorithm import (
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
 )
+from jaxlearner.algorithms.replay.frame_stack import FramedReplay
 from jaxlearner.algorithms.replay.off_policy import (
     Buffer,
     make_replay_updates,
-    replay_add,
     replay_from_arrays,
     replay_init_for,
-    updates_due,
+    replay_store,
 )
+from jaxlearner.algorithms.replay.update_rate import updates_due
 from jaxlearner.core.packing import FlatLayout, concatenate, split_on_host
 from jaxlearner.core.state import LearnerState, ModuleState
 
@@ -171,10 +172,10 @@ class ReplayFeed:
 
     def __init__(self, algorithm: OffPolicyAlgorithm) -> None:
         self._algorithm = algorithm
-        transitions, replay_updates = algorithm.transitions, make_replay_updates(algorithm)
+        replay_updates = make_replay_updates(algorithm)
 
         def add(buffer: Buffer, experience: Experience) -> Buffer:
-            return replay_add(buffer, transitions(experience))
+            return replay_store(algorithm, buffer, experience)
 
         def add_and_update(
             state: LearnerState,
@@ -188,7 +189,7 @@ class ReplayFeed:
             state, buffer, metrics = replay_updates(state, add(buffer, experience), keys, env_steps)
             # The metrics leave as one array per dtype (core/packing.py). Their structure
             # is the last update's whatever ``count`` is, so each trace sets the same layout.
-            packed, self._metrics_layout = concatenate(metrics)
+            packed, self._metrics_layout = concatenate((metrics, _frame_mismatches(buffer)))
             return state, buffer, packed
 
         # One compiled call per iteration (the key split included): with one update per
@@ -201,6 +202,7 @@ class ReplayFeed:
         self._buffer: Buffer | None = None
         self._updates_due = 0.0
         self._uncounted_env_steps = 0
+        self._tolerated_mismatches = 0  # one per environment restarted by each resume
 
     @property
     def buffer(self) -> Buffer | None:
@@ -217,6 +219,7 @@ class ReplayFeed:
     ) -> tuple[LearnerState, Any]:
         algorithm = self._algorithm
         state, _ = observe(algorithm, state, module, experience)
+        first = self._buffer is None
         if self._buffer is None:
             buffer = replay_init_for(algorithm, experience)
             self._buffer = algorithm.learner.placement.put(buffer)
@@ -226,6 +229,9 @@ class ReplayFeed:
         )
         if count == 0:
             self._buffer = self._add(self._buffer, experience)
+            if first:  # a wrong replay_frame_stack shows in the first rollout, not at learning
+                mismatches = jax.device_get(_frame_mismatches(self._buffer))
+                _check_frames(algorithm, mismatches, self._tolerated_mismatches)
             return state, None
         counted = np.int32(self._uncounted_env_steps)
         state, self._buffer, packed = self._add_and_update(
@@ -233,15 +239,47 @@ class ReplayFeed:
         )
         self._uncounted_env_steps = 0
         assert self._metrics_layout is not None  # set by the trace of the call above
-        return state, split_on_host(jax.device_get(packed), self._metrics_layout)
+        metrics, mismatches = split_on_host(jax.device_get(packed), self._metrics_layout)
+        _check_frames(algorithm, mismatches, self._tolerated_mismatches)
+        return state, metrics
 
     def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        saved = {"updates_due": self._updates_due, "uncounted_env_steps": self._uncounted_env_steps}
+        saved: dict[str, Any] = {
+            "updates_due": self._updates_due,
+            "uncounted_env_steps": self._uncounted_env_steps,
+        }
+        if isinstance(self._buffer, FramedReplay):
+            saved["tolerated_frame_mismatches"] = self._tolerated_mismatches
         return saved, {} if self._buffer is None else {"buffer": self._buffer}
 
     def restore(self, saved: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
         if "buffer" in arrays:
             buffer = replay_from_arrays(self._algorithm, arrays["buffer"])
             self._buffer = self._algorithm.learner.placement.put(buffer)
+            if isinstance(buffer, FramedReplay):
+                # Environments that cannot be restored exactly restart: the first step of
+                # each after the resume is no transition of the environment (masked out).
+                restarted = int(buffer.frames.last.shape[0])
+                tolerated = int(saved.get("tolerated_frame_mismatches", 0))
+                self._tolerated_mismatches = tolerated + restarted
         self._updates_due = float(saved.get("updates_due", 0.0))
         self._uncounted_env_steps = int(saved.get("uncounted_env_steps", 0))
+
+
+def _frame_mismatches(buffer: Buffer) -> Any:
+    """The transitions a framed buffer could not keep as frames (``0`` for other buffers)."""
+    return buffer.frames.mismatches if isinstance(buffer, FramedReplay) else np.int32(0)
+
+
+def _check_frames(algorithm: OffPolicyAlgorithm, mismatches: Any, tolerated: int) -> None:
+    """Raises ``ValueError`` when rollouts were not the frame stacks the buffer keeps: more
+    transitions that were not than the resumes explain (one per environment each)."""
+    if int(mismatches) > tolerated:
+        stack = algorithm.frame_stack
+        raise ValueError(
+            f"{int(mismatches)} transitions held observations that are not stacks of "
+            f"{stack} consecutive frames: replay_frame_stack={stack} takes observations whose "
+            f"last axis holds an environment's last {stack} frames, oldest first (gymnasium's "
+            "FrameStackObservation, moved to the last axis). Set replay_frame_stack to None "
+            "to store observations as they are."
+        )

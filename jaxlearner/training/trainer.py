@@ -34,7 +34,7 @@ from jaxlearner.algorithms import (
     algorithm_for,
 )
 from jaxlearner.algorithms.networks.spaces import check_recipe_spaces
-from jaxlearner.algorithms.replay import replay_buffer
+from jaxlearner.algorithms.replay.off_policy import Buffer
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
@@ -199,7 +199,7 @@ class Trainer:
     state = run_book.trainer_state
 
     @property
-    def buffer(self) -> replay_buffer.ReplayBuffer | None:
+    def buffer(self) -> Buffer | None:
         """The replay buffer of an off-policy algorithm (``None`` before the first step)."""
         return self._feed.buffer
 

@@ -12,6 +12,8 @@ from typing import Any, Literal, TypeAlias
 
 import gymnasium as gym
 
+from jaxlearner.training.atari import make_env
+
 EnvLike: TypeAlias = str | gym.Env | gym.vector.VectorEnv | Callable[[], gym.Env]
 """A gymnasium id, an env instance, a vector env, or a factory returning an env."""
 
@@ -27,7 +29,8 @@ def make_vector_env(
     """A gymnasium vector env from an id, an instance, a factory or a vector env.
 
     Args:
-      env: a registered id (``"CartPole-v1"``), an ``Env`` instance (only with
+      env: a registered id (``"CartPole-v1"``; ``ALE/`` ids get the DeepMind
+        preprocessing of :mod:`jaxlearner.training.atari`), an ``Env`` instance (only with
         ``num_envs=1``), a factory ``() -> Env``, or a ``VectorEnv`` (used as is).
       num_envs: sub-environments.
       vectorization: ``"sync"`` (one process) or ``"async"`` (one spawned
@@ -41,6 +44,7 @@ def make_vector_env(
       ValueError: on a bad ``num_envs`` or ``vectorization``, or an instance
         with ``num_envs > 1``.
       gymnasium.error.Error: for an unknown id (gymnasium's own message).
+      ImportError: for an ``ALE/`` id without ale-py (naming the extra).
 
     Example:
       >>> envs = make_vector_env("CartPole-v1", num_envs=4)
@@ -55,7 +59,7 @@ def make_vector_env(
         raise ValueError(f"vectorization must be one of {VECTORIZATION}; got {vectorization!r}.")
     config = dict(env_config or {})
     if isinstance(env, str):
-        factory: Callable[[], gym.Env] = lambda: gym.make(env, **config)
+        factory: Callable[[], gym.Env] = lambda: make_env(env, **config)
         factory()  # an unknown id raises gymnasium's error, naming the id, here
     elif isinstance(env, gym.Env):
         if num_envs != 1:

@@ -81,6 +81,7 @@ def actor_critic(
     head_hidden_sizes: Sequence[int] = (),
     head_activation: str = "relu",
     ortho_init: bool = True,
+    conv_padding: str = "same",
 ) -> ActorCritic:
     """PPO's :class:`ActorCritic` for two gymnasium spaces.
 
@@ -104,6 +105,7 @@ def actor_critic(
         or PyTorch's default ``nn.Linear`` initialisation for every layer, as
         SB3's ``ortho_init=False``; see
         :func:`~jaxlearner.algorithms.networks.encoders.dense`.
+      conv_padding: the CNN's padding for images (see :func:`encoder_for`).
 
     Returns:
       The module; ``make_distribution(distribution_for(action_space, squash),
@@ -124,7 +126,9 @@ def actor_critic(
     head = lambda out: with_hidden_layers(out, head_hidden_sizes, head_activation, ortho_init)
     policy = head(PolicyHead(spec, log_std_init=log_std_init, ortho_init=ortho_init))
     value = head(ValueHead(ortho_init))
-    encoder = lambda: encoder_for(observation_space, hidden_sizes, activation, ortho_init)
+    encoder = lambda: encoder_for(
+        observation_space, hidden_sizes, activation, ortho_init, conv_padding
+    )
     if share_encoder:
         return ActorCritic(policy, value, encoder())
     return ActorCritic(Tower(encoder(), policy), Tower(encoder(), value))
@@ -135,7 +139,8 @@ def actor_critic_options(config: Any) -> dict[str, Any]:
 
     For PPO's, APPO's and MARWIL's configs (RLlib's field names):
     ``hidden_sizes``, ``activation``, ``vf_share_layers`` (as ``share_encoder``),
-    ``log_std_init``, ``head_hidden_sizes``, ``head_activation`` and ``ortho_init``;
+    ``log_std_init``, ``head_hidden_sizes``, ``head_activation``, ``ortho_init`` and
+    ``conv_padding``;
     :func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`
     takes the same.
 
@@ -151,6 +156,7 @@ def actor_critic_options(config: Any) -> dict[str, Any]:
         "head_hidden_sizes": config.head_hidden_sizes,
         "head_activation": config.head_activation,
         "ortho_init": config.ortho_init,
+        "conv_padding": config.conv_padding,
     }
 
 
@@ -197,6 +203,7 @@ def q_network(
     activation: str = "relu",
     dueling: bool = False,
     head_hidden_sizes: Sequence[int] = (),
+    conv_padding: str = "same",
 ) -> QNetwork:
     """DQN's :class:`QNetwork` for two gymnasium spaces.
 
@@ -207,6 +214,7 @@ def q_network(
       activation: the MLPs' activation.
       dueling: use the dueling decomposition.
       head_hidden_sizes: hidden layers of each head or dueling stream.
+      conv_padding: the CNN's padding for images (see :func:`encoder_for`).
 
     Returns:
       ``obs [..., *obs_shape] -> q [..., n]``.
@@ -224,7 +232,7 @@ def q_network(
             f"q_network supports Discrete action spaces only; got {action_space!r}. "
             "For Box actions use sac_networks."
         )
-    encoder = encoder_for(observation_space, hidden_sizes, activation)
+    encoder = encoder_for(observation_space, hidden_sizes, activation, conv_padding=conv_padding)
     head = MLP(head_hidden_sizes, activation)  # checks the sizes now, not when traced
     return QNetwork(encoder, int(action_space.n), dueling, head.hidden_sizes, activation)
 

@@ -144,6 +144,7 @@ def recurrent_actor_critic(
     head_hidden_sizes: tuple[int, ...] = (),
     head_activation: str = "relu",
     ortho_init: bool = True,
+    conv_padding: str = "same",
 ) -> RecurrentActorCritic:
     """A :class:`RecurrentActorCritic` for two gymnasium spaces (RLlib's ``use_lstm``).
 
@@ -168,6 +169,8 @@ def recurrent_actor_critic(
       ortho_init: the MLPs' and heads' initialisation, orthogonal or PyTorch's
         default (see :func:`~jaxlearner.algorithms.networks.models.actor_critic`);
         the cell keeps flax's initialisation either way.
+      conv_padding: the CNN's padding for images (see
+        :func:`~jaxlearner.algorithms.networks.encoders.encoder_for`).
 
     Raises:
       ValueError: for an unknown cell or a cell size that is not a positive int;
@@ -188,7 +191,7 @@ def recurrent_actor_critic(
     }
 
     def tower() -> RecurrentTower:
-        encoder = encoder_for(observation_space, hidden_sizes, activation, ortho_init)
+        encoder = encoder_for(observation_space, hidden_sizes, activation, ortho_init, conv_padding)
         return RecurrentTower(encoder, cell, cell_size)
 
     if share_encoder:

@@ -70,6 +70,15 @@ SB3 / RL Zoo                           jaxlearner
                                        ``td_error_loss_fn="mse"``, twin critics
 ``use_sde``, ``sde_sample_freq``,      not supported here: left out, and the row's notes say so
 ``use_expln``
+``atari`` (``AtariWrapper``,           the ``ALE/*`` rows, for every ``ALE/`` id: gymnasium's
+``frame_stack: 4``)                    ``AtariPreprocessing`` and ``FrameStackObservation`` on ALE
+                                       v5 (:mod:`jaxlearner.training.atari`; v5 keeps sticky
+                                       actions, the zoo's NoFrameskip-v4 has none)
+``policy: CnnPolicy``                  SB3's ``NatureCNN``: ``conv_padding="valid"``,
+                                       ``hidden_sizes=(512,)``, linear heads; PPO:
+                                       ``vf_share_layers=True`` (one shared feature extractor)
+``optimize_memory_usage: False``       DQN: ``replay_frame_stack=4`` (each frame kept twice, not
+                                       the 8 times SB3's buffer keeps it; same transitions)
 =====================================  =============================================================
 
 Evaluation: RL Zoo evaluates every 25,000 env steps (``rl_zoo3/train.py``'s ``--eval-freq``);

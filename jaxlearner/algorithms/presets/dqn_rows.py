@@ -3,7 +3,7 @@ them and translated by :func:`~jaxlearner.algorithms.presets.sb3.zoo_row`."""
 
 from __future__ import annotations
 
-from jaxlearner.algorithms.presets.preset import Preset
+from jaxlearner.algorithms.presets.preset import ANY_ATARI, Preset
 from jaxlearner.algorithms.presets.sb3 import zoo_row
 
 _MLP = {"net_arch": (256, 256)}
@@ -65,5 +65,26 @@ ROWS: tuple[Preset, ...] = (
     ),
     zoo_row("dqn", "LunarLander-v3", "LunarLander-v3", _LUNAR_LANDER),
     zoo_row("dqn", "Acrobot-v1", "Acrobot-v1", _LUNAR_LANDER),
+    zoo_row(
+        "dqn",
+        ANY_ATARI,
+        "atari",
+        {
+            "env_wrapper": ["stable_baselines3.common.atari_wrappers.AtariWrapper"],
+            "frame_stack": 4,
+            "policy": "CnnPolicy",
+            "n_timesteps": 1e7,
+            "buffer_size": 100000,
+            "learning_rate": 1e-4,
+            "batch_size": 32,
+            "learning_starts": 100000,
+            "target_update_interval": 1000,
+            "train_freq": 4,
+            "gradient_steps": 1,
+            "exploration_fraction": 0.1,
+            "exploration_final_eps": 0.01,
+            "optimize_memory_usage": False,
+        },
+    ),
 )
-"""DQN's RL Zoo rows (classic control)."""
+"""DQN's RL Zoo rows (classic control, and every Atari game)."""

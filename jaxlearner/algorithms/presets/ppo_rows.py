@@ -9,7 +9,7 @@ the rows use those. ``Ant-v4`` and ``Swimmer-v4`` inherit ``<<: *mujoco-defaults
 
 from __future__ import annotations
 
-from jaxlearner.algorithms.presets.preset import Preset
+from jaxlearner.algorithms.presets.preset import ANY_ATARI, Preset
 from jaxlearner.algorithms.presets.sb3 import zoo_row
 
 _BIG_MLP = {
@@ -293,5 +293,24 @@ ROWS: tuple[Preset, ...] = (
             "vf_coef": 0.695929,
         },
     ),
+    zoo_row(
+        "ppo",
+        ANY_ATARI,
+        "atari",
+        {
+            "env_wrapper": ["stable_baselines3.common.atari_wrappers.AtariWrapper"],
+            "frame_stack": 4,
+            "policy": "CnnPolicy",
+            "n_envs": 8,
+            "n_steps": 128,
+            "n_epochs": 4,
+            "batch_size": 256,
+            "n_timesteps": 1e7,
+            "learning_rate": "lin_2.5e-4",
+            "clip_range": "lin_0.1",
+            "vf_coef": 0.5,
+            "ent_coef": 0.01,
+        },
+    ),
 )
-"""PPO's RL Zoo rows: classic control, then the MuJoCo tasks."""
+"""PPO's RL Zoo rows: classic control, the MuJoCo tasks, then every Atari game."""

@@ -13,6 +13,21 @@ from jaxlearner.algorithms.config import make_config
 Origin: TypeAlias = Literal["rl_zoo3", "jaxlearner"]
 """Who tuned a row: RL Zoo (``rl_zoo3/hyperparams/*.yml``), or this project."""
 
+ANY_ATARI = "ALE/*"
+"""The ``env_id`` of rows for every Atari game (every ``ALE/`` id), as RL Zoo's ``atari``
+entries are."""
+
+
+def covers(row_env_id: str, env_id: str) -> bool:
+    """Whether a row of ``row_env_id`` is for ``env_id`` (:data:`ANY_ATARI` covers ``ALE/`` ids).
+
+    Example:
+      >>> covers("ALE/*", "ALE/Pong-v5"), covers("CartPole-v1", "ALE/Pong-v5")
+      (True, False)
+    """
+    return row_env_id == env_id or (row_env_id == ANY_ATARI and env_id.startswith("ALE/"))
+
+
 ORIGINS: tuple[Origin, ...] = ("jaxlearner", "rl_zoo3")
 """The origins, in the order :func:`~jaxlearner.algorithms.presets.preset` prefers them: a row
 tuned here exists only where it reached the same goal faster on a CPU than RL Zoo's (its notes
@@ -26,7 +41,8 @@ class Preset:
     Attributes:
       algorithm: the registered algorithm's name (``"ppo"``, ``"sac"``, ...).
       env_id: the gymnasium environment id (RL Zoo's ``-v4`` and ``-v2`` MuJoCo entries
-        are given here under gymnasium's ``-v5`` ids).
+        are given here under gymnasium's ``-v5`` ids), or :data:`ANY_ATARI` for every
+        Atari game.
       config: the algorithm's config fields (its config class's names), read-only.
       num_envs: sub-environments stepped together (SB3's ``n_envs``).
       max_steps: the env-step budget (RL Zoo's ``n_timesteps``); ``lin_`` schedules reach 0

@@ -80,6 +80,19 @@ UNSUPPORTED: dict[str, str] = {
 }
 """Zoo keys left out of a row; its notes name each one and why."""
 
+ATARI_WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
+"""The zoo's Atari preprocessing: what ``jaxlearner.training.atari`` gives every ``ALE/`` id."""
+
+ATARI_NOTES = (
+    "RL Zoo trains NoFrameskip-v4 games through SB3's AtariWrapper (no sticky actions); here "
+    "ALE v5 games with gymnasium's AtariPreprocessing and v5's sticky actions (0.25), the "
+    "same 30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale and 4 stacked "
+    "frames; a life loss ends the episode and rewards are clipped to their sign for learning "
+    "only, so episode returns are game scores (jaxlearner.training.atari). CnnPolicy is SB3's "
+    "NatureCNN: conv_padding 'valid' and a 512-unit layer (hidden_sizes [512]), linear heads."
+)
+"""What every Atari row's notes say about the environment and the network."""
+
 POLICY_UNSUPPORTED: dict[str, dict[str, str]] = {
     "ppo": {"use_expln": "a gSDE setting"},
     "sac": {"use_expln": "a gSDE setting", "log_std_init": "SB3's SAC reads it only with gSDE"},
@@ -147,9 +160,10 @@ def zoo_row(
     values = dict(hyperparams)
     budget = int(values.pop("n_timesteps"))
     num_envs = int(values.pop("n_envs", 1))
-    if values.pop("policy", "MlpPolicy") != "MlpPolicy":
-        raise ValueError(f"{entry}: only MlpPolicy entries translate.")
+    pixels = _atari_entry(entry, values)
     added = [] if entry in (env_id, "default") else [f"RL Zoo's id {entry}, here {env_id}."]
+    if pixels:
+        added = [ATARI_NOTES]
     if entry == "default":
         added.append("Not listed in the zoo's file: its default entry, SB3's defaults.")
     for key, why in UNSUPPORTED.items():
@@ -164,7 +178,7 @@ def zoo_row(
     source = f"rl_zoo3/hyperparams/{algorithm}.yml: {entry}"
     try:
         config = translate(values, budget, num_envs, added)
-        config.update(_network(policy, algorithm))
+        config.update(_network(policy, algorithm) if not pixels else _nature_cnn(algorithm))
     except ValueError as error:
         raise ValueError(f"{source}: {error}") from None
     config.update(normalize)
@@ -179,6 +193,41 @@ def zoo_row(
         notes=" ".join([*added, notes]).strip(),
         origin="rl_zoo3",
     )
+
+
+def _atari_entry(entry: str, values: dict[str, Any]) -> bool:
+    """Whether the entry is the zoo's Atari one (``CnnPolicy`` with the AtariWrapper and 4
+    stacked frames); its keys beyond the algorithm's are taken out of ``values``.
+
+    Raises:
+      ValueError: for another policy, wrapper or stack.
+    """
+    policy = values.pop("policy", "MlpPolicy")
+    if policy == "MlpPolicy":
+        return False
+    wrapper, stack = values.pop("env_wrapper", None), values.pop("frame_stack", None)
+    if policy != "CnnPolicy" or wrapper != [ATARI_WRAPPER] or stack != 4:
+        raise ValueError(
+            f"{entry}: only MlpPolicy entries and the Atari entry (CnnPolicy, env_wrapper "
+            f"[{ATARI_WRAPPER}], frame_stack 4) translate; got policy {policy!r}, "
+            f"env_wrapper {wrapper!r}, frame_stack {stack!r}."
+        )
+    if values.pop("optimize_memory_usage", False):
+        raise ValueError(f"{entry}: optimize_memory_usage=True does not translate.")
+    return True
+
+
+def _nature_cnn(algorithm: str) -> dict[str, Any]:
+    """SB3's ``CnnPolicy`` as our network fields: the Nature CNN (its ``NatureCNN``: valid
+    convolutions, then 512 ReLU units), linear heads on it, and for PPO one encoder shared by
+    the policy and the value (SB3's ``share_features_extractor``); DQN keeps each stacked frame
+    once in its buffer (SB3's ``optimize_memory_usage=False`` keeps it 8 times)."""
+    fields: dict[str, Any] = {"hidden_sizes": (512,), "activation": "relu", "conv_padding": "valid"}
+    if algorithm == "ppo":
+        fields.update(vf_share_layers=True, ortho_init=True, log_std_init=0.0)
+    if algorithm == "dqn":
+        fields["replay_frame_stack"] = 4
+    return fields
 
 
 def _take(values: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxlearner.algorithms.presets import dqn_rows, ppo_rows, sac_rows, tuned_rows
-from jaxlearner.algorithms.presets.preset import ORIGINS, Origin, Preset
+from jaxlearner.algorithms.presets.preset import ORIGINS, Origin, Preset, covers
 
 PRESETS: tuple[Preset, ...] = (
     *tuned_rows.ROWS,
@@ -32,7 +32,8 @@ _INDEX = _index(PRESETS)
 def preset_rows(
     algorithm: str | None = None, env_id: str | None = None, origin: Origin | None = None
 ) -> tuple[Preset, ...]:
-    """The rows that match every argument given, in :func:`preset`'s order of preference.
+    """The rows that match every argument given, in :func:`preset`'s order of preference
+    (the ``ALE/*`` rows match every ``ALE/`` id).
 
     Example:
       >>> [row.env_id for row in preset_rows("sac")][:2]
@@ -42,7 +43,7 @@ def preset_rows(
         row
         for row in PRESETS
         if algorithm in (None, row.algorithm)
-        and env_id in (None, row.env_id)
+        and (env_id is None or covers(row.env_id, env_id))
         and origin in (None, row.origin)
     ]
     return tuple(sorted(rows, key=lambda row: ORIGINS.index(row.origin)))

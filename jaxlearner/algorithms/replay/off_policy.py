@@ -35,16 +35,12 @@ algorithm has ``prioritized_replay``) and :func:`replay_add` and
 :func:`replay_from_arrays` follow it; :func:`make_replay_updates` is the
 compiled "sample, then update" loop (with prioritized replay it also feeds the
 importance weights to the loss and writes the new priorities back);
-:func:`updates_due` says how many updates an iteration runs (none before
-``learning_starts`` env steps, then ``updates_per_step`` per env step, the
-fractions carried over); :func:`warmup_iterations` and
-:func:`updates_per_iteration` are the same rule for a fixed number of env steps
-per iteration, as static numbers.
+:mod:`~jaxlearner.algorithms.replay.update_rate` says how many updates an
+iteration runs.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeAlias
 
@@ -61,8 +57,8 @@ from jaxlearner.algorithms.algorithm import (
     algorithm_fields,
 )
 from jaxlearner.algorithms.networks.spaces import zero_observation
-from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
-from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields
+from jaxlearner.algorithms.replay import frame_stack, prioritized_replay, replay_buffer
+from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields, check_frame_stack
 from jaxlearner.algorithms.trajectories.normalization import normalization_for, normalized_loss
 from jaxlearner.algorithms.trajectories.returns import n_step_rewards
 from jaxlearner.core.context import LossFn
@@ -123,6 +119,7 @@ def off_policy_algorithm(
         learning_starts=config.num_steps_sampled_before_learning_starts,
         updates_per_step=updates_per_step(config.training_intensity, config.train_batch_size),
         prioritized_replay=prioritized,
+        frame_stack=config.replay_frame_stack,
     )
 
 
@@ -138,6 +135,7 @@ def replay_module_spec(
     min. ``options`` are the rest of the :class:`~jaxlearner.ModuleSpec` (optimizers,
     hyperparams, additional updates).
     """
+    check_frame_stack(type(config).__name__, config, observation_space)
     norm = normalization_for(config, config.gamma)
     return ModuleSpec(
         model,
@@ -235,19 +233,55 @@ def updates_per_step(training_intensity: float | None, train_batch_size: int) ->
     return float(training_intensity) / train_batch_size
 
 
-Buffer: TypeAlias = replay_buffer.ReplayBuffer | prioritized_replay.PrioritizedReplayBuffer
-"""An off-policy algorithm's replay buffer, of the kind :func:`replay_init` chose."""
+Buffer: TypeAlias = (
+    replay_buffer.ReplayBuffer
+    | prioritized_replay.PrioritizedReplayBuffer
+    | frame_stack.FramedReplay
+)
+"""An off-policy algorithm's replay buffer, of the kind :func:`replay_init_for` chose."""
 
 
 def replay_init_for(algorithm: OffPolicyAlgorithm, experience: Any) -> Buffer:
     """:func:`replay_init` shaped for the rows ``algorithm.transitions`` makes of ``experience``
     (arrays, or ``jax.ShapeDtypeStruct`` s: only their shapes are read).
 
+    With ``algorithm.frame_stack`` the buffer is a
+    :class:`~jaxlearner.algorithms.replay.frame_stack.FramedReplay`: its rows point into a
+    store of frames sized for the rollout's environments.
+
+    Raises:
+      ValueError: when ``algorithm.frame_stack`` is not the observations' last axis.
+
     Example:
       >>> buffer = replay_init_for(sac, rollout.experience())      # doctest: +SKIP
     """
+    obs = experience["obs"]
+    frames = None
+    if algorithm.frame_stack is not None:
+        if len(obs.shape) < 4 or obs.shape[-1] != algorithm.frame_stack:
+            raise ValueError(
+                f"{algorithm.name}: replay_frame_stack={algorithm.frame_stack} needs "
+                f"observations [T, N, ..., {algorithm.frame_stack}] (frames stacked on the last "
+                f"axis); the rollout's are {tuple(obs.shape)}."
+            )
+        frames = frame_stack.frame_store_init(
+            obs.shape[2:-1], obs.dtype, obs.shape[-1], obs.shape[1], algorithm.replay_capacity
+        )
+        experience = jax.eval_shape(frame_stack.encode, frames, experience)[1]
     rows = jax.eval_shape(algorithm.transitions, experience)
-    return replay_init(algorithm, jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows))
+    buffer = replay_init(algorithm, jax.tree.map(lambda x: np.zeros(x.shape[1:], x.dtype), rows))
+    return buffer if frames is None else frame_stack.FramedReplay(replay=buffer, frames=frames)
+
+
+def replay_store(algorithm: OffPolicyAlgorithm, buffer: Buffer, experience: Experience) -> Buffer:
+    """Adds a ``[T, N]`` rollout's ``algorithm.transitions`` to a buffer of
+    :func:`replay_init_for`, its frames first where the buffer keeps them apart."""
+    if not isinstance(buffer, frame_stack.FramedReplay):
+        return replay_add(buffer, algorithm.transitions(experience))
+    frames, experience = frame_stack.encode(buffer.frames, experience)
+    return frame_stack.FramedReplay(
+        replay=replay_add(buffer.replay, algorithm.transitions(experience)), frames=frames
+    )
 
 
 def replay_init(algorithm: OffPolicyAlgorithm, example: Batch) -> Buffer:
@@ -284,6 +318,22 @@ def replay_from_arrays(algorithm: OffPolicyAlgorithm, arrays: Mapping[str, Any])
     Raises:
       ValueError: when the saved buffer's kind is not the algorithm's.
     """
+    framed = "frames" in arrays
+    if framed != (algorithm.frame_stack is not None):
+        raise ValueError(
+            f"The saved replay buffer {'keeps' if framed else 'does not keep'} stacked frames "
+            f"apart but {algorithm.name} has replay_frame_stack={algorithm.frame_stack}; "
+            "restore it with the config it was saved with."
+        )
+    if framed:
+        frames = frame_stack.FrameStore(**{k: jnp.asarray(v) for k, v in arrays["frames"].items()})
+        unframed = _replay_from_arrays(algorithm, arrays["replay"])
+        return frame_stack.FramedReplay(replay=unframed, frames=frames)
+    return _replay_from_arrays(algorithm, arrays)
+
+
+def _replay_from_arrays(algorithm: OffPolicyAlgorithm, arrays: Mapping[str, Any]) -> Buffer:
+    """:func:`replay_from_arrays` of a uniform or prioritized buffer."""
     prioritized = "sum_tree" in arrays
     if prioritized != (algorithm.prioritized_replay is not None):
         saved, wanted = ("prioritized", "uniform") if prioritized else ("uniform", "prioritized")
@@ -350,14 +400,24 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
     options = algorithm.prioritized_replay
 
     def sample(state: LearnerState, buffer: Buffer, key: jax.Array) -> tuple[Batch, Buffer]:
+        if isinstance(buffer, frame_stack.FramedReplay):
+            decode = lambda rows: frame_stack.decode_rows(buffer.frames, rows)
+            batch, replay = sample_rows(state, buffer.replay, key, decode)
+            return batch, buffer.replace(replay=replay)
+        return sample_rows(state, buffer, key, lambda rows: rows)
+
+    def sample_rows(
+        state: LearnerState, buffer: Buffer, key: jax.Array, decode: Any
+    ) -> tuple[Batch, Buffer]:
         if not isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer):
-            return replay_buffer.sample(buffer, key, batch_size), buffer
+            return decode(replay_buffer.sample(buffer, key, batch_size)), buffer
         if options is None:
             raise ValueError(
                 f"{algorithm.name} got a prioritized replay buffer but has no prioritized_replay "
                 "options; build the buffer with off_policy.replay_init(algorithm, example)."
             )
         rows, indices, weights = prioritized_replay.sample(buffer, key, batch_size, options.beta)
+        rows = decode(rows)
         batch = {**rows, "weights": weights}
         # Sampling uses `key` itself; a key folded from it drives what td_errors samples.
         td_key = jax.random.fold_in(key, 1)
@@ -389,63 +449,6 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
         return learner_state, buffer, last_update_metrics(stacked)
 
     return replay_updates
-
-
-def updates_due(
-    algorithm: OffPolicyAlgorithm, env_steps_before: int, env_steps: int, carried: float
-) -> tuple[int, float]:
-    """How many updates an iteration that collected ``env_steps`` runs, and the fraction left.
-
-    None while the env steps so far (``env_steps_before + env_steps``) stay
-    below ``learning_starts``; after that ``updates_per_step * env_steps``,
-    plus the fraction ``carried`` over from earlier iterations, rounded down.
-
-    Returns:
-      ``(count, carried)``: the whole updates due now and the fraction to carry on.
-
-    Example:
-      >>> updates_due(dqn, env_steps_before=1000, env_steps=8, carried=0.5)  # 1/4 per step
-      ... # doctest: +SKIP
-      (2, 0.5)
-    """
-    if env_steps_before + env_steps < algorithm.learning_starts:
-        return 0, carried
-    due = carried + algorithm.updates_per_step * env_steps
-    return int(due), due % 1.0
-
-
-def warmup_iterations(algorithm: OffPolicyAlgorithm, steps_per_iteration: int) -> int:
-    """The iterations :func:`updates_due` leaves without updates, at fixed env steps each.
-
-    Those whose env steps so far stay below ``learning_starts``: iteration
-    ``i = 1, 2, ...`` collects ``i * steps_per_iteration`` in all.
-    """
-    return max(math.ceil(algorithm.learning_starts / steps_per_iteration), 1) - 1
-
-
-def updates_per_iteration(algorithm: OffPolicyAlgorithm, steps_per_iteration: int) -> int:
-    """The updates :func:`updates_due` gives each iteration after the warm-up, as a static int.
-
-    Raises:
-      ValueError: when ``updates_per_step * steps_per_iteration`` is not a
-        positive whole number (a static loop needs one), or an iteration
-        collects more transitions than the buffer holds.
-    """
-    exact = algorithm.updates_per_step * steps_per_iteration
-    count = round(exact)
-    if count < 1 or not math.isclose(exact, count, rel_tol=1e-6):
-        raise ValueError(
-            f"Anakin runs a static number of updates per iteration: {algorithm.name}'s "
-            f"updates_per_step ({algorithm.updates_per_step}) x {steps_per_iteration} env steps "
-            f"per iteration is {exact:g}, not a positive whole number. Change num_envs, the "
-            "rollout length or the training intensity so that it is."
-        )
-    if steps_per_iteration > algorithm.replay_capacity:
-        raise ValueError(
-            f"An iteration collects {steps_per_iteration} transitions, more than the replay "
-            f"capacity ({algorithm.replay_capacity})."
-        )
-    return count
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:

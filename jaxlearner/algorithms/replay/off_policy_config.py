@@ -50,6 +50,7 @@ class OffPolicyFields(Protocol):
     prioritized_replay_alpha: float
     prioritized_replay_beta: float
     prioritized_replay_eps: float
+    replay_frame_stack: int | None
 
 
 def check_off_policy_config(owner: str, config: OffPolicyFields) -> None:
@@ -71,7 +72,8 @@ def check_off_policy_config(owner: str, config: OffPolicyFields) -> None:
         ``hidden_sizes`` positive ints; a known ``activation``; the
         prioritized replay fields (:func:`check_prioritized_replay_config`); the
         normalization fields the config keeps
-        (:func:`~jaxlearner.algorithms.trajectories.normalization.check_normalization_config`).
+        (:func:`~jaxlearner.algorithms.trajectories.normalization.check_normalization_config`);
+        ``replay_frame_stack`` ``None`` or an int ``>= 2``.
       TypeError: for a ``tau`` that is neither a number nor a schedule.
 
     Example:
@@ -79,6 +81,12 @@ def check_off_policy_config(owner: str, config: OffPolicyFields) -> None:
     """
     check_prioritized_replay_config(owner, config)
     check_normalization_config(owner, config)
+    stack = config.replay_frame_stack
+    if stack is not None and (isinstance(stack, bool) or not isinstance(stack, int) or stack < 2):
+        raise ValueError(
+            f"{owner}.replay_frame_stack must be None or an int >= 2 (the frames stacked on "
+            f"the observations' last axis); got {stack!r}."
+        )
     check_schedule(owner, tau=config.tau)
     check_fraction(owner, gamma=config.gamma)
     if isinstance(config.tau, int | float) and not 0 < config.tau <= 1:
@@ -130,3 +138,17 @@ def check_prioritized_replay_config(owner: str, config: Any) -> None:
         ):
             valid = "a number >= 0" if high == math.inf else "a number in [0, 1]"
             raise ValueError(f"{owner}.prioritized_replay_{name} must be {valid}; got {value!r}.")
+
+
+def check_frame_stack(owner: str, config: OffPolicyFields, observation_space: Any) -> None:
+    """Raises ``ValueError`` unless ``replay_frame_stack`` is ``None`` or the last axis of
+    ``observation_space`` (a ``Box`` of frames, each at least one axis, stacked last)."""
+    stack = config.replay_frame_stack
+    if stack is None:
+        return
+    shape = getattr(observation_space, "shape", None)
+    if not shape or len(shape) < 2 or shape[-1] != stack:
+        raise ValueError(
+            f"{owner}.replay_frame_stack={stack} needs observations of frames stacked on the "
+            f"last axis, shape [..., {stack}]; the observation space is {observation_space}."
+        )

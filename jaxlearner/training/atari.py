@@ -1,0 +1,168 @@
+"""Atari through ale-py, with the DeepMind preprocessing from gymnasium's own wrappers.
+
+The one module where ale-py enters. Every ``ALE/...`` id that jaxlearner makes an
+environment of (the :class:`~jaxlearner.Trainer`, ``jaxlearner train``, ``eval`` and
+``record``) is built by :func:`make_atari`:
+
+* ``gymnasium.make(id, frameskip=1)``: ALE v5 with its own frame skip off (the wrapper
+  below skips frames); v5's sticky actions (``repeat_action_probability=0.25``) and its
+  108,000-frame episode limit are kept;
+* ``AtariPreprocessing``: up to 30 no-op actions after each reset, the action repeated on 4
+  frames with the last two max-pooled, 84x84 grayscale, uint8;
+* ``FrameStackObservation`` of 4 (an episode's first observation padded with its reset
+  frame), moved to the last axis: observations ``[84, 84, 4]`` uint8, as the CNN encoder
+  and the replay's frame store (``replay_frame_stack=4``) take them.
+
+The environment plays whole games, so episode returns are game scores. What DeepMind's
+agents learn from is set apart by :class:`AtariSignals`, which the
+:class:`~jaxlearner.training.env_runner.EnvRunner` applies to the rollout's columns only:
+rewards clipped to their sign, and a lost life ends the episode for learning (the step is
+``terminated``: no bootstrapping past it) while the game goes on.
+
+Example:
+  >>> env = make_atari("ALE/Pong-v5")                    # doctest: +SKIP
+  >>> env.observation_space.shape                        # doctest: +SKIP
+  (84, 84, 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+NAMESPACE = "ALE/"
+"""The prefix of the ids :func:`make_atari` builds."""
+
+INSTALL = 'pip install "jaxlearner[atari]"'
+
+
+def is_atari(env: Any) -> bool:
+    """Whether ``env`` is an ``ALE/...`` id (the Atari games of ale-py)."""
+    return isinstance(env, str) and env.startswith(NAMESPACE)
+
+
+def register_ale(env_id: str) -> None:
+    """Registers ale-py's environments with gymnasium.
+
+    Raises:
+      ImportError: ``ALE/Pong-v5 needs ale-py, which is not installed: pip install
+        "jaxlearner[atari]"`` (or opencv, which gymnasium's ``AtariPreprocessing`` needs).
+    """
+    try:
+        import ale_py
+    except ImportError:
+        raise ImportError(f"{env_id} needs ale-py, which is not installed: {INSTALL}") from None
+    try:
+        import cv2  # noqa: F401  (gymnasium's AtariPreprocessing resizes with it)
+    except ImportError:
+        raise ImportError(
+            f"{env_id} needs opencv-python-headless, which is not installed: {INSTALL}"
+        ) from None
+    gym.register_envs(ale_py)
+
+
+def make_atari(
+    env_id: str,
+    *,
+    frame_stack: int = 4,
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int = 84,
+    **make_kwargs: Any,
+) -> gym.Env:
+    """An ``ALE/...`` game with the DeepMind preprocessing (see the module docstring).
+
+    Args:
+      env_id: an ``ALE/`` id, e.g. ``"ALE/Breakout-v5"``.
+      frame_stack: frames per observation, stacked on the last axis.
+      noop_max: the most no-op actions after a reset.
+      frame_skip: frames each action is repeated on (the last two max-pooled).
+      screen_size: the observations' height and width.
+      make_kwargs: passed to ``gymnasium.make`` (``render_mode``,
+        ``repeat_action_probability``, ``full_action_space``, ...); not ``frameskip``.
+
+    Returns:
+      The environment; observations ``[screen_size, screen_size, frame_stack]`` uint8.
+
+    Raises:
+      ImportError: without ale-py or opencv (naming the extra).
+      ValueError: for a ``frameskip`` in ``make_kwargs``.
+
+    Example:
+      >>> env = make_atari("ALE/Breakout-v5", render_mode="rgb_array")   # doctest: +SKIP
+    """
+    if "frameskip" in make_kwargs:
+        raise ValueError(
+            f"make_atari: frameskip={make_kwargs['frameskip']!r} is not taken; frames are "
+            f"skipped by AtariPreprocessing (frame_skip={frame_skip}), so ALE's own is 1."
+        )
+    register_ale(env_id)
+    env = gym.make(env_id, frameskip=1, **make_kwargs)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size
+    )
+    env = gym.wrappers.FrameStackObservation(env, frame_stack)
+    space = gym.spaces.Box(0, 255, (screen_size, screen_size, frame_stack), np.uint8)
+    return gym.wrappers.TransformObservation(env, _channels_last, space)
+
+
+def make_env(env_id: str, **config: Any) -> gym.Env:
+    """``gymnasium.make(env_id, **config)``, or :func:`make_atari` for an ``ALE/`` id."""
+    return make_atari(env_id, **config) if is_atari(env_id) else gym.make(env_id, **config)
+
+
+def _channels_last(obs: np.ndarray) -> np.ndarray:
+    """``[S, H, W]`` stacked frames as ``[H, W, S]`` (a module function: it is pickled)."""
+    return np.moveaxis(obs, 0, -1)
+
+
+class AtariSignals:
+    """What the agent learns from, set apart from the game's own episode (numpy, host side).
+
+    Rewards are clipped to their sign; a step that loses a life (ale-py's ``lives`` in the
+    step's info went down) is ``terminated`` for learning. The environment is not reset: the
+    episode, its return and its length stay the game's.
+
+    Example:
+      >>> signals = AtariSignals()
+      >>> signals.reset({"lives": np.array([3, 3])})
+      >>> rewards, terminated = signals(
+      ...     np.array([4.0, -2.0]), np.zeros(2, bool), np.zeros(2, bool),
+      ...     {"lives": np.array([3, 2])})
+      >>> rewards.tolist(), terminated.tolist()
+      ([1.0, -1.0], [False, True])
+    """
+
+    def __init__(self) -> None:
+        self._lives: np.ndarray | None = None
+
+    def reset(self, infos: Mapping[str, Any]) -> None:
+        """Starts counting lives from a reset's infos (unknown without ``lives``)."""
+        lives = infos.get("lives")
+        self._lives = None if lives is None else np.array(lives)
+
+    def __call__(
+        self,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        done: np.ndarray,
+        infos: Mapping[str, Any],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rewards, terminated)`` to learn from, for one step of ``N`` environments.
+
+        Args:
+          rewards: ``[N]`` the game's rewards.
+          terminated: ``[N]`` the game's terminations.
+          done: ``[N]`` the game's episode ends (terminated or truncated): after one, the
+            infos are the next episode's reset's, so no life counts as lost.
+          infos: the vector env's step infos.
+        """
+        lives = infos.get("lives")
+        lost = np.zeros_like(terminated)
+        if lives is not None and self._lives is not None:
+            lost = (np.asarray(lives) < self._lives) & ~done
+        self._lives = None if lives is None else np.array(lives)
+        return np.sign(rewards), terminated | lost
