@@ -76,8 +76,8 @@ if TYPE_CHECKING:
         CheckpointOptions,
         restore,
     )
-    from jaxlearner.training.custom_algorithm import custom_algorithm
     from jaxlearner.training.atari import make_atari
+    from jaxlearner.training.custom_algorithm import custom_algorithm
     from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
     from jaxlearner.training.offline.datasets import (
         Dataset,
