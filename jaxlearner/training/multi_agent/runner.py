@@ -34,7 +34,7 @@ from jaxlearner.training.env_state import (
     decode_array,
     encode_array,
     plain_attributes,
-    set_plain_attributes,
+    restore_layers,
 )
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 
@@ -294,15 +294,9 @@ class MultiAgentEnvRunner:
                 f"The saved runner had {len(state['envs'])} env copies; this one has "
                 f"{len(self._envs)}."
             )
+        envs = [_layers(env) for env in self._envs]
+        restore_layers(envs, [saved["layers"] for saved in state["envs"]])
         for env, saved in zip(self._envs, state["envs"], strict=True):
-            layers = _layers(env)
-            if len(layers) != len(saved["layers"]):
-                raise ValueError(
-                    f"The saved env had {len(saved['layers'])} wrapper layers; this one has "
-                    f"{len(layers)} ({[type(layer).__name__ for layer in layers]})."
-                )
-            for layer, attributes in zip(layers, saved["layers"], strict=True):
-                set_plain_attributes(layer, attributes)
             env.agents = list(saved["agents"])
         self._obs = [
             {agent: decode_array(value) for agent, value in obs.items()} for obs in state["obs"]
