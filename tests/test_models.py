@@ -116,6 +116,25 @@ def test_encoder_for_chooses_cnn_for_images_and_mlp_otherwise():
         abstract_init(vector, jnp.zeros((5, 3)))
 
 
+@pytest.mark.parametrize("name", ["ppo", "appo", "dqn", "marwil", "bc"])
+def test_conv_filters_choose_the_cnn_of_every_image_algorithm(name):
+    """RLlib's ``conv_filters``: MinAtar's network (16 3x3 filters, stride 1) on 10x10x4, from
+    JSON lists as ``--config`` gives them; the config keeps tuples, and bad ones are named."""
+    space, actions = gymnasium.spaces.Box(0, 1, (10, 10, 4)), gymnasium.spaces.Discrete(3)
+    config = {"conv_filters": [[16, 3, 1]], "hidden_sizes": [128]}
+    algorithm = jl.algorithms.build(name, space, actions, config)
+    assert algorithm.config.conv_filters == ((16, 3, 1),)
+    params = algorithm.learner.init(jax.random.key(0)).modules[algorithm.module_id].params
+    shapes = [leaf.shape for leaf in jax.tree.leaves(params)]
+    assert (3, 3, 4, 16) in shapes and (1600, 128) in shapes  # SAME: 10x10x16 features
+    assert all(len(shape) != 4 or shape == (3, 3, 4, 16) for shape in shapes)  # one layer
+    with pytest.raises(ValueError, match=r"conv_filters must be None .* got \[\[16, 3\]\]"):
+        jl.algorithms.build(name, space, actions, {"conv_filters": [[16, 3]]})
+    with pytest.raises(ValueError, match="leaves nothing of a 10x10 image at convolution 1"):
+        valid = {"conv_filters": [[16, 3, 1], [8, 9, 1]], "conv_padding": "valid"}
+        jl.algorithms.build(name, space, actions, valid)
+
+
 @pytest.mark.parametrize("space", UNSUPPORTED, ids=lambda s: type(s).__name__)
 def test_unsupported_spaces_are_named(space):
     with pytest.raises(TypeError, match=r"encoder_for supports observation spaces \('Box'"):

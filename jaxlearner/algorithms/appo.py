@@ -41,6 +41,8 @@ field                             default     meaning (RLlib's name where it dif
                                               policy, 1 value); False: PyTorch's default
                                               (SB3's ``ortho_init``)
 ``conv_padding``                  "same"      the CNN's padding for images ("valid": Nature's)
+``conv_filters``                  None        the CNN's ``(out_channels, kernel, stride)``
+                                              layers; None: the Nature DQN's
 ``norm_obs``, ``norm_reward``     False       observation normalization and reward scaling,
 ``clip_obs``, ``clip_reward``     10.0        as PPO's (SB3's ``VecNormalize`` names; see
 ``num_envs_per_env_runner``       1           ``trajectories.normalization``)
@@ -102,6 +104,7 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.encoders import ConvFilters
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
@@ -167,6 +170,7 @@ class APPOConfig:
     log_std_init: float = 0.0
     ortho_init: bool = True
     conv_padding: str = "same"
+    conv_filters: ConvFilters | None = None
     norm_obs: bool = False
     norm_reward: bool = False
     clip_obs: float = 10.0

@@ -18,6 +18,8 @@ field                              default    meaning (RLlib's name where it dif
 ``head_hidden_sizes``              ()         ``head_fcnet_hiddens``
 ``head_activation``                "relu"     ``head_fcnet_activation``
 ``conv_padding``                   "same"     the CNN's padding for images ("valid": Nature's)
+``conv_filters``                   None       the CNN's ``(out_channels, kernel, stride)``
+                                              layers (RLlib's name); None: the Nature DQN's
 =================================  =========  ==============================================
 
 ``total = -mean(log pi(a | obs))`` over the batch's rows.
@@ -43,7 +45,7 @@ from jaxlearner.algorithms.config import (
 from jaxlearner.algorithms.marwil import batch_layout, imitation_rows, make_act
 from jaxlearner.algorithms.networks.acting import explore_and_exploit
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
-from jaxlearner.algorithms.networks.encoders import encoder_for
+from jaxlearner.algorithms.networks.encoders import ConvFilters, encoder_for
 from jaxlearner.algorithms.networks.heads import (
     PolicyHead,
     Tower,
@@ -72,6 +74,7 @@ class BCConfig:
     head_hidden_sizes: tuple[int, ...] = ()
     head_activation: str = "relu"
     conv_padding: str = "same"
+    conv_filters: ConvFilters | None = None
     log_std_init: float = 0.0
 
     def __post_init__(self) -> None:
@@ -118,7 +121,11 @@ def policy_model(
         config.head_activation,
     )
     encoder = encoder_for(
-        observation_space, config.hidden_sizes, config.activation, conv_padding=config.conv_padding
+        observation_space,
+        config.hidden_sizes,
+        config.activation,
+        conv_padding=config.conv_padding,
+        conv_filters=config.conv_filters,
     )
     return Tower(encoder, head)
 

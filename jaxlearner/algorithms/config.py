@@ -10,7 +10,11 @@ from typing import Any, TypeVar
 
 import optax
 
-from jaxlearner.algorithms.networks.encoders import ACTIVATIONS, CONV_PADDINGS
+from jaxlearner.algorithms.networks.encoders import (
+    ACTIVATIONS,
+    CONV_PADDINGS,
+    check_conv_filters,
+)
 from jaxlearner.core.optimizer import CLIP_MODES, NEGATIVE_RATE, Optimizer
 from jaxlearner.core.schedules import ScheduleLike, as_schedule, check_not_negative
 
@@ -219,7 +223,8 @@ def check_policy_network_config(config: Any) -> None:
 
     For the configs of PPO, APPO, MARWIL and BC, each of which keeps these
     fields itself, with RLlib's flat names: ``grad_clip_by``, ``hidden_sizes``,
-    ``head_hidden_sizes``, ``activation``, ``head_activation`` and ``conv_padding``.
+    ``head_hidden_sizes``, ``activation``, ``head_activation``, ``conv_padding`` and
+    ``conv_filters`` (stored as tuples of triples).
     The layer sizes are stored as tuples (hashable, equal after JSON).
 
     Args:
@@ -228,7 +233,8 @@ def check_policy_network_config(config: Any) -> None:
     Raises:
       ValueError: naming the field, the value received and the valid values:
         ``grad_clip_by`` in ``CLIP_MODES``, layer sizes as positive ints, known
-        activations, ``conv_padding`` in ``CONV_PADDINGS``.
+        activations, ``conv_padding`` in ``CONV_PADDINGS``, ``conv_filters`` ``None`` or
+        ``(out_channels, kernel, stride)`` triples.
 
     Example:
       >>> check_policy_network_config(PPOConfig())  # doctest: +SKIP
@@ -240,6 +246,8 @@ def check_policy_network_config(config: Any) -> None:
     )
     check_activation(owner, activation=config.activation, head_activation=config.head_activation)
     check_choice(owner, "conv_padding", config.conv_padding, CONV_PADDINGS)
+    filters = check_conv_filters(config.conv_filters, f"{owner}.conv_filters")
+    object.__setattr__(config, "conv_filters", filters)
     object.__setattr__(config, "hidden_sizes", tuple(config.hidden_sizes))
     object.__setattr__(config, "head_hidden_sizes", tuple(config.head_hidden_sizes))
 

@@ -44,6 +44,9 @@ field                                         default         meaning (RLlib's n
                                                               the buffer (Atari: 4)
 ``conv_padding``                              "same"          the CNN's padding for images;
                                                               "valid": the Nature DQN's
+``conv_filters``                              None            the CNN's ``(out_channels, kernel,
+                                                              stride)`` layers (RLlib's name);
+                                                              None: the Nature DQN's
 ``norm_obs``, ``clip_obs``                    False, 10.0     running observation mean/std,
                                                               normalized batches sampled from
                                                               raw rows (SB3's ``VecNormalize``)
@@ -116,7 +119,7 @@ from jaxlearner.algorithms.config import (
     config_adam,
     freeze_schedule,
 )
-from jaxlearner.algorithms.networks.encoders import CONV_PADDINGS
+from jaxlearner.algorithms.networks.encoders import CONV_PADDINGS, ConvFilters, check_conv_filters
 from jaxlearner.algorithms.networks.models import q_network
 from jaxlearner.algorithms.replay.off_policy import (
     masked_mean,
@@ -167,6 +170,7 @@ class DQNConfig:
     prioritized_replay_eps: float = 1e-6
     replay_frame_stack: int | None = None
     conv_padding: str = "same"
+    conv_filters: ConvFilters | None = None
     norm_obs: bool = False
     clip_obs: float = 10.0
 
@@ -181,6 +185,8 @@ class DQNConfig:
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
         check_layers(owner, head_hidden_sizes=self.head_hidden_sizes)
         check_choice(owner, "conv_padding", self.conv_padding, CONV_PADDINGS)
+        filters = check_conv_filters(self.conv_filters, f"{owner}.conv_filters")
+        object.__setattr__(self, "conv_filters", filters)
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
 
@@ -302,6 +308,7 @@ def make_learner(
         config.dueling,
         config.head_hidden_sizes,
         config.conv_padding,
+        config.conv_filters,
     )
     spec = _module_spec(model, observation_space, config)
     layout = replay_layout(observation_space, (), jnp.int32, config.prioritized_replay)

@@ -25,6 +25,8 @@ field                                        default    meaning (RLlib's name wh
 ``log_std_init``                             0.0        initial log-std (Box actions)
 ``ortho_init``                               True       orthogonal init; False: PyTorch's default
 ``conv_padding``                             "same"     the CNN's padding ("valid": Nature's)
+``conv_filters``                             None       the CNN's ``(out_channels, kernel,
+                                                        stride)`` layers; None: Nature's
 ===========================================  =========  ==========================================
 
 As in RLlib, with ``A = V_target - V(obs)`` over the batch, ``c`` the moving
@@ -72,6 +74,7 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.networks.acting import explore_and_exploit
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.algorithms.networks.encoders import ConvFilters
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.spaces import bounds, zero_observation
@@ -110,6 +113,7 @@ class MARWILConfig:
     log_std_init: float = 0.0
     ortho_init: bool = True
     conv_padding: str = "same"
+    conv_filters: ConvFilters | None = None
 
     def __post_init__(self) -> None:
         check_fraction(

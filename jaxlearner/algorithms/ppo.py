@@ -39,6 +39,8 @@ field                         default         meaning (RLlib's name where it dif
                                               ``ortho_init=False`` (jaxlearner's; SB3's name)
 ``conv_padding``              "same"          the CNN's padding for images; "valid": the
                                               Nature DQN's (SB3's ``NatureCNN``)
+``conv_filters``              None            the CNN's ``(out_channels, kernel, stride)``
+                                              layers (RLlib's name); None: the Nature DQN's
 ``use_lstm``                  False           an LSTM (or GRU) after the MLP encoder
 ``lstm_cell_size``            256             the cell's units
 ``max_seq_len``               20              steps per training sequence
@@ -100,6 +102,7 @@ from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, si
 from jaxlearner.algorithms.config import check_positive, check_positive_int, config_adam
 from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.networks.encoders import ConvFilters
 from jaxlearner.algorithms.networks.heads import distribution_for
 from jaxlearner.algorithms.networks.models import actor_critic, actor_critic_options
 from jaxlearner.algorithms.networks.recurrent import CELLS, initial_carry, recurrent_actor_critic
@@ -153,6 +156,7 @@ class PPOConfig:
     log_std_init: float = 0.0
     ortho_init: bool = True
     conv_padding: str = "same"
+    conv_filters: ConvFilters | None = None
     use_lstm: bool = False
     lstm_cell_size: int = 256
     max_seq_len: int = 20

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import flax.linen as nn
 import gymnasium
@@ -38,6 +38,44 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 OBSERVATION_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
 CONV_PADDINGS: tuple[str, ...] = ("same", "valid")
+
+ConvFilters: TypeAlias = tuple[tuple[int, int, int], ...]
+"""A CNN's layers as ``((out_channels, kernel_size, stride), ...)``, RLlib's ``conv_filters``."""
+
+NATURE_CNN: ConvFilters = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+"""The Nature DQN's convolutions (Mnih et al. 2015), the default ``conv_filters``."""
+
+
+def check_conv_filters(value: Any, name: str = "conv_filters") -> ConvFilters | None:
+    """``None``, or ``value`` as a tuple of ``(out_channels, kernel_size, stride)`` triples.
+
+    Raises:
+      ValueError: naming ``name`` and the value unless it is ``None`` or a non-empty
+        sequence of three positive ints each (lists from JSON are taken).
+
+    Example:
+      >>> check_conv_filters([[16, 3, 1]])
+      ((16, 3, 1),)
+    """
+    if value is None:
+        return None
+    layers = value if isinstance(value, Sequence) and not isinstance(value, str | bytes) else ()
+    triples = [
+        tuple(layer)
+        for layer in layers
+        if isinstance(layer, Sequence)
+        and len(layer) == 3
+        and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in layer)
+    ]
+    if not layers or len(triples) != len(layers):
+        raise ValueError(
+            f"{name} must be None (the Nature CNN) or a non-empty sequence of "
+            f"(out_channels, kernel_size, stride) triples of positive ints, e.g. "
+            f"((16, 3, 1),); got {value!r}."
+        )
+    return tuple(triples)
+
+
 """The CNN's padding: ``"same"`` keeps small images (MinAtar's 10x10) valid; ``"valid"`` is
 the Nature DQN's (84x84 to 20, 9 and 7: 3,136 features), as SB3's ``NatureCNN``."""
 SQRT2 = math.sqrt(2.0)
@@ -257,6 +295,7 @@ class Encoder(nn.Module):
       activation: the MLP's activation (the CNN always uses ReLU).
       ortho_init: the CNN's and the MLP's initialisation (see :func:`dense`).
       conv_padding: the CNN's padding, one of :data:`CONV_PADDINGS`.
+      conv_filters: the CNN's layers (:data:`ConvFilters`); ``None``: :data:`NATURE_CNN`.
     """
 
     observation_shape: tuple[int, ...]
@@ -267,15 +306,17 @@ class Encoder(nn.Module):
     activation: str = "tanh"
     ortho_init: bool = True
     conv_padding: str = "same"
+    conv_filters: ConvFilters | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "observation_shape", tuple(self.observation_shape))
+        object.__setattr__(self, "conv_filters", check_conv_filters(self.conv_filters))
         if self.conv_padding not in CONV_PADDINGS:
             raise ValueError(
                 f"conv_padding must be one of {CONV_PADDINGS}; got {self.conv_padding!r}."
             )
         if self.kind == "image":
-            _check_conv_sizes(self.observation_shape, self.conv_padding)
+            _check_conv_sizes(self.observation_shape, self.conv_padding, self.filters)
         if self.kind not in ("vector", "one_hot", "image"):
             raise ValueError(
                 f"Encoder.kind must be 'vector', 'one_hot' or 'image'; got {self.kind!r}."
@@ -283,6 +324,11 @@ class Encoder(nn.Module):
         object.__setattr__(self, "hidden_sizes", _sizes(self.hidden_sizes, "hidden_sizes"))
         _check_activation(self.activation)
         super().__post_init__()
+
+    @property
+    def filters(self) -> ConvFilters:
+        """The CNN's layers: ``conv_filters``, or :data:`NATURE_CNN`."""
+        return self.conv_filters or NATURE_CNN
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -295,8 +341,15 @@ class Encoder(nn.Module):
             )
         batch = obs.shape[: obs.ndim - rank]
         if self.kind == "image":
-            padding = self.conv_padding.upper()
-            x = CNN(ortho_init=self.ortho_init, padding=padding, name="cnn")(obs)
+            channels, kernels, strides = zip(*self.filters, strict=True)
+            x = CNN(
+                channels,
+                kernels,
+                strides,
+                ortho_init=self.ortho_init,
+                padding=self.conv_padding.upper(),
+                name="cnn",
+            )(obs)
         elif self.kind == "one_hot":
             values = obs.reshape(*batch, len(self.one_hot_sizes)).astype(jnp.int32)
             starts = jnp.asarray(self.one_hot_starts or (0,) * len(self.one_hot_sizes))
@@ -318,6 +371,7 @@ def encoder_for(
     activation: str = "tanh",
     ortho_init: bool = True,
     conv_padding: str = "same",
+    conv_filters: ConvFilters | None = None,
 ) -> Encoder:
     """An :class:`Encoder` for a gymnasium observation space.
 
@@ -332,14 +386,15 @@ def encoder_for(
       activation: a name in :data:`ACTIVATIONS`.
       ortho_init: orthogonal initialisation, or PyTorch's default (see :func:`dense`).
       conv_padding: the CNN's padding for images, one of :data:`CONV_PADDINGS`.
+      conv_filters: the CNN's layers (:data:`ConvFilters`); ``None``: :data:`NATURE_CNN`.
 
     Returns:
       An :class:`Encoder`: ``obs [..., *space.shape] -> features [..., F]``.
 
     Raises:
       TypeError: for other spaces (``Dict``, ``Tuple``, ``Text``, ``Graph``, ...).
-      ValueError: for an unknown ``conv_padding``, or ``"valid"`` on an image too small
-        for the CNN.
+      ValueError: for an unknown ``conv_padding``, malformed ``conv_filters``, or
+        ``"valid"`` on an image too small for the CNN.
 
     Example:
       >>> encoder = encoder_for(gymnasium.spaces.Box(-1, 1, (4,)), (64, 64), "tanh")
@@ -350,6 +405,7 @@ def encoder_for(
         "activation": activation,
         "ortho_init": ortho_init,
         "conv_padding": conv_padding,
+        "conv_filters": conv_filters,
     }
     spaces = gymnasium.spaces
     if isinstance(observation_space, spaces.Box):
@@ -371,13 +427,12 @@ def encoder_for(
     )
 
 
-def _check_conv_sizes(shape: tuple[int, ...], padding: str) -> None:
+def _check_conv_sizes(shape: tuple[int, ...], padding: str, filters: ConvFilters) -> None:
     """Raises ``ValueError`` when ``"valid"`` convolutions leave nothing of an image."""
     if padding != "valid":
         return
     height, width = shape[:2]
-    cnn = CNN()
-    for layer, (kernel, stride) in enumerate(zip(cnn.kernel_sizes, cnn.strides, strict=True)):
+    for layer, (_, kernel, stride) in enumerate(filters):
         height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         if height < 1 or width < 1:
             raise ValueError(

@@ -36,7 +36,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
-from jaxlearner.algorithms.networks.encoders import MLP, encoder_for, orthogonal_dense
+from jaxlearner.algorithms.networks.encoders import (
+    MLP,
+    ConvFilters,
+    encoder_for,
+    orthogonal_dense,
+)
 from jaxlearner.algorithms.networks.heads import (
     PolicyHead,
     Tower,
@@ -82,6 +87,7 @@ def actor_critic(
     head_activation: str = "relu",
     ortho_init: bool = True,
     conv_padding: str = "same",
+    conv_filters: ConvFilters | None = None,
 ) -> ActorCritic:
     """PPO's :class:`ActorCritic` for two gymnasium spaces.
 
@@ -106,6 +112,7 @@ def actor_critic(
         SB3's ``ortho_init=False``; see
         :func:`~jaxlearner.algorithms.networks.encoders.dense`.
       conv_padding: the CNN's padding for images (see :func:`encoder_for`).
+      conv_filters: the CNN's layers for images (see :func:`encoder_for`).
 
     Returns:
       The module; ``make_distribution(distribution_for(action_space, squash),
@@ -127,7 +134,7 @@ def actor_critic(
     policy = head(PolicyHead(spec, log_std_init=log_std_init, ortho_init=ortho_init))
     value = head(ValueHead(ortho_init))
     encoder = lambda: encoder_for(
-        observation_space, hidden_sizes, activation, ortho_init, conv_padding
+        observation_space, hidden_sizes, activation, ortho_init, conv_padding, conv_filters
     )
     if share_encoder:
         return ActorCritic(policy, value, encoder())
@@ -139,8 +146,8 @@ def actor_critic_options(config: Any) -> dict[str, Any]:
 
     For PPO's, APPO's and MARWIL's configs (RLlib's field names):
     ``hidden_sizes``, ``activation``, ``vf_share_layers`` (as ``share_encoder``),
-    ``log_std_init``, ``head_hidden_sizes``, ``head_activation``, ``ortho_init`` and
-    ``conv_padding``;
+    ``log_std_init``, ``head_hidden_sizes``, ``head_activation``, ``ortho_init``,
+    ``conv_padding`` and ``conv_filters``;
     :func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`
     takes the same.
 
@@ -157,6 +164,7 @@ def actor_critic_options(config: Any) -> dict[str, Any]:
         "head_activation": config.head_activation,
         "ortho_init": config.ortho_init,
         "conv_padding": config.conv_padding,
+        "conv_filters": config.conv_filters,
     }
 
 
@@ -204,6 +212,7 @@ def q_network(
     dueling: bool = False,
     head_hidden_sizes: Sequence[int] = (),
     conv_padding: str = "same",
+    conv_filters: ConvFilters | None = None,
 ) -> QNetwork:
     """DQN's :class:`QNetwork` for two gymnasium spaces.
 
@@ -215,6 +224,7 @@ def q_network(
       dueling: use the dueling decomposition.
       head_hidden_sizes: hidden layers of each head or dueling stream.
       conv_padding: the CNN's padding for images (see :func:`encoder_for`).
+      conv_filters: the CNN's layers for images (see :func:`encoder_for`).
 
     Returns:
       ``obs [..., *obs_shape] -> q [..., n]``.
@@ -232,7 +242,13 @@ def q_network(
             f"q_network supports Discrete action spaces only; got {action_space!r}. "
             "For Box actions use sac_networks."
         )
-    encoder = encoder_for(observation_space, hidden_sizes, activation, conv_padding=conv_padding)
+    encoder = encoder_for(
+        observation_space,
+        hidden_sizes,
+        activation,
+        conv_padding=conv_padding,
+        conv_filters=conv_filters,
+    )
     head = MLP(head_hidden_sizes, activation)  # checks the sizes now, not when traced
     return QNetwork(encoder, int(action_space.n), dueling, head.hidden_sizes, activation)
 

@@ -28,7 +28,7 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 
-from jaxlearner.algorithms.networks.encoders import encoder_for
+from jaxlearner.algorithms.networks.encoders import ConvFilters, encoder_for
 from jaxlearner.algorithms.networks.heads import (
     PolicyHead,
     ValueHead,
@@ -145,6 +145,7 @@ def recurrent_actor_critic(
     head_activation: str = "relu",
     ortho_init: bool = True,
     conv_padding: str = "same",
+    conv_filters: ConvFilters | None = None,
 ) -> RecurrentActorCritic:
     """A :class:`RecurrentActorCritic` for two gymnasium spaces (RLlib's ``use_lstm``).
 
@@ -171,6 +172,7 @@ def recurrent_actor_critic(
         the cell keeps flax's initialisation either way.
       conv_padding: the CNN's padding for images (see
         :func:`~jaxlearner.algorithms.networks.encoders.encoder_for`).
+      conv_filters: the CNN's layers for images (the same function's).
 
     Raises:
       ValueError: for an unknown cell or a cell size that is not a positive int;
@@ -191,7 +193,9 @@ def recurrent_actor_critic(
     }
 
     def tower() -> RecurrentTower:
-        encoder = encoder_for(observation_space, hidden_sizes, activation, ortho_init, conv_padding)
+        encoder = encoder_for(
+            observation_space, hidden_sizes, activation, ortho_init, conv_padding, conv_filters
+        )
         return RecurrentTower(encoder, cell, cell_size)
 
     if share_encoder:
