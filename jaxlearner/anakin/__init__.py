@@ -23,11 +23,14 @@ from jaxlearner.anakin.train import (
     make_train,
     one_agent_at_a_time,
 )
+from jaxlearner.anakin.trainer import AnakinCounters, AnakinTrainer
 
 __all__ = [
     "Anakin",
     "AnakinConfig",
+    "AnakinCounters",
     "AnakinState",
+    "AnakinTrainer",
     "Buffer",
     "Hyperparams",
     "InitFn",

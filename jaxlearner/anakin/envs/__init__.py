@@ -34,6 +34,7 @@ from jaxlearner.anakin.envs.environment import (
     reset_episode,
     step_with_auto_reset,
 )
+from jaxlearner.anakin.envs.gymnax import is_gymnax, make_gymnax
 from jaxlearner.anakin.envs.pendulum import Pendulum, PendulumState
 from jaxlearner.errors import ReadableKeyError
 
@@ -54,13 +55,15 @@ def registered_ids() -> tuple[str, ...]:
 
 
 def make(env_id: str, **kwargs: Any) -> Environment:
-    """Build a registered environment by its gymnasium id.
+    """Build a registered environment by its gymnasium id, or a gymnax one by ``"gymnax:NAME"``.
 
     Args:
-      env_id: ``"CartPole-v1"`` or ``"Pendulum-v1"``.
+      env_id: ``"CartPole-v1"`` or ``"Pendulum-v1"``; or ``"gymnax:NAME"`` for gymnax's
+        environment ``NAME`` (:func:`~jaxlearner.anakin.envs.gymnax.make_gymnax`).
       **kwargs: the environment's config fields, as gymnasium's ``make``
         keywords: ``max_episode_steps`` for both, ``sutton_barto_reward`` for
-        CartPole, ``gravity`` (gymnasium's ``g``) for Pendulum.
+        CartPole, ``gravity`` (gymnasium's ``g``) for Pendulum; for gymnax,
+        ``max_episode_steps`` and ``gymnax.make``'s keywords.
 
     Returns:
       The :class:`Environment`.
@@ -68,6 +71,8 @@ def make(env_id: str, **kwargs: Any) -> Environment:
     Raises:
       TypeError: ``env_id`` is not a string, or a keyword is unknown or mistyped.
       KeyError: ``env_id`` is not registered; the message lists the ids that are.
+      ValueError: an unknown gymnax name; the message lists gymnax's.
+      ImportError: a gymnax id without gymnax installed.
 
     Example:
       >>> make("Pendulum-v1", gravity=9.81)
@@ -75,10 +80,12 @@ def make(env_id: str, **kwargs: Any) -> Environment:
     """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a str, got {env_id!r} ({type(env_id).__name__}).")
+    if is_gymnax(env_id):
+        return make_gymnax(env_id, **kwargs)
     if env_id not in _REGISTRY:
         raise ReadableKeyError(
             f"Unknown environment id {env_id!r}. Available: {', '.join(registered_ids())}. "
-            "For a gymnax environment use jaxlearner.anakin.envs.gymnax.make_gymnax."
+            "For a gymnax environment: gymnax:NAME."
         )
     return _REGISTRY[env_id](**kwargs)
 

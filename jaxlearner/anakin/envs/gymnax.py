@@ -157,13 +157,71 @@ def from_gymnax(
     return GymnaxEnvironment(env=env, params=params, max_episode_steps=max_episode_steps)
 
 
+PREFIX = "gymnax:"
+"""The prefix of a gymnax id where a gymnasium id could stand (``"gymnax:Breakout-MinAtar"``):
+``jaxlearner train ppo --env gymnax:Breakout-MinAtar`` trains it in one compiled program."""
+
+
+def is_gymnax(env_id: object) -> bool:
+    """Whether ``env_id`` names a gymnax environment (starts with :data:`PREFIX`).
+
+    Example:
+      >>> is_gymnax("gymnax:Breakout-MinAtar"), is_gymnax("CartPole-v1")
+      (True, False)
+    """
+    return isinstance(env_id, str) and env_id.startswith(PREFIX)
+
+
+def gymnax_names() -> tuple[str, ...]:
+    """The environment names gymnax registers (``gymnax.registered_envs``), as gymnax lists them.
+
+    Raises:
+      ImportError: gymnax is not installed; the message names ``jaxlearner[gymnax]``.
+
+    Example:
+      >>> "Breakout-MinAtar" in gymnax_names()  # doctest: +SKIP
+      True
+    """
+    return tuple(_gymnax().registered_envs)
+
+
+def check_gymnax_id(env_id: str) -> str:
+    """The gymnax name in ``"gymnax:NAME"``, checked against gymnax's registry.
+
+    Args:
+      env_id: ``"gymnax:NAME"``.
+
+    Returns:
+      ``NAME``.
+
+    Raises:
+      ImportError: gymnax is not installed (one line naming ``jaxlearner[gymnax]``).
+      ValueError: ``NAME`` is not a gymnax environment; the message lists those that are.
+
+    Example:
+      >>> check_gymnax_id("gymnax:Breakout-MinAtar")  # doctest: +SKIP
+      'Breakout-MinAtar'
+    """
+    if not is_gymnax(env_id):
+        raise ValueError(f"A gymnax id starts with {PREFIX!r}; got {env_id!r}.")
+    name = env_id[len(PREFIX) :]
+    names = gymnax_names()
+    if name not in names:
+        raise ValueError(
+            f"{env_id}: gymnax has no environment {name!r}; gymnax's environments: "
+            f"{', '.join(names)} (as gymnax:NAME)."
+        )
+    return name
+
+
 def make_gymnax(
     env_id: str, *, max_episode_steps: int | None = None, **kwargs: Any
 ) -> GymnaxEnvironment:
     """``gymnax.make(env_id, **kwargs)``, wrapped by :func:`from_gymnax`.
 
     Args:
-      env_id: a gymnax id, e.g. ``"Acrobot-v1"`` (``gymnax.registered_envs``).
+      env_id: a gymnax id, e.g. ``"Acrobot-v1"`` (``gymnax.registered_envs``), with or
+        without the ``"gymnax:"`` prefix.
       max_episode_steps: the time limit; ``None`` uses gymnax's.
       **kwargs: passed to ``gymnax.make``.
 
@@ -171,21 +229,29 @@ def make_gymnax(
       A :class:`GymnaxEnvironment`.
 
     Raises:
-      ImportError: gymnax is not installed.
+      ImportError: gymnax is not installed (the message names ``jaxlearner[gymnax]``).
+      ValueError: an unknown name; the message lists gymnax's environments.
 
     Example:
       >>> env = make_gymnax("CartPole-v1")  # doctest: +SKIP
       >>> env.max_episode_steps  # doctest: +SKIP
       500
     """
+    name = check_gymnax_id(env_id if is_gymnax(env_id) else PREFIX + env_id)
+    env, params = _gymnax().make(name, **kwargs)
+    return from_gymnax(env, params, max_episode_steps=max_episode_steps)
+
+
+def _gymnax() -> Any:
+    """The gymnax module, or an ``ImportError`` that says how to install it."""
     try:
         import gymnax
     except ImportError as error:
         raise ImportError(
-            "make_gymnax needs gymnax, an optional extra: pip install gymnax."
+            "gymnax environments need gymnax, which is not installed: "
+            'pip install "jaxlearner[gymnax]"'
         ) from error
-    env, params = gymnax.make(env_id, **kwargs)
-    return from_gymnax(env, params, max_episode_steps=max_episode_steps)
+    return gymnax
 
 
 def to_gymnasium_space(space: Any) -> gymnasium.spaces.Space:
