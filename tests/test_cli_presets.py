@@ -17,6 +17,7 @@ def test_presets_lists_every_row_and_marks_the_one_train_uses(capsys):
     assert main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [line for line in lines if "hyperparams" in line or "jaxlearner: " in line]
+    rows += [line for line in lines if "MinAtar" in line]
     assert len(rows) == len(algorithms.presets.PRESETS)
     cartpole = [(line[0], line[2:].split()) for line in rows if "dqn       CartPole-v1" in line]
     assert cartpole[0][0] == "*" and cartpole[0][1][2] == "jaxlearner"  # the one train uses
@@ -120,5 +121,5 @@ def test_train_help_says_presets_apply(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = capsys.readouterr().out
-    assert "--preset {auto,none,rl_zoo3,jaxlearner}" in out
+    assert "--preset {auto,none,rl_zoo3,jaxlearner,published}" in out
     assert "every 2048 env steps; preset ppo/CartPole-v1 (rl_zoo3)" in " ".join(out.split())

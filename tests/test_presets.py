@@ -7,9 +7,10 @@ import gymnasium
 import pytest
 
 import jaxlearner as jl
+from jaxlearner import anakin
 from jaxlearner.algorithms.builtin import algorithm_recipe
 from jaxlearner.algorithms.presets import PRESETS, Preset, preset_row, preset_rows
-from jaxlearner.algorithms.presets.preset import ANY_ATARI
+from jaxlearner.algorithms.presets.preset import ANY_ATARI, ANY_MINATAR
 from jaxlearner.algorithms.presets.sb3 import NO_VALUE_CLIP, linear_schedule, zoo_row
 from jaxlearner.training.atari import make_env
 
@@ -23,6 +24,10 @@ _LUNAR_LANDER = (
 def _spaces(env_id):
     if env_id == ANY_ATARI:  # the rows for every game: one of them
         env_id = "ALE/Pong-v5"
+    if env_id == ANY_MINATAR:
+        pytest.importorskip("gymnax")
+        env = anakin.envs.make("gymnax:Asterix-MinAtar")  # 10x10x4, as Breakout and Freeway
+        return env.observation_space, env.action_space
     try:
         env = make_env(env_id)
     except gymnasium.error.DependencyNotInstalled:
@@ -52,6 +57,8 @@ def test_every_row_names_its_source_and_the_zoo_rows_their_entry():
     for row in PRESETS:
         if row.origin == "rl_zoo3":
             assert row.source.startswith(f"rl_zoo3/hyperparams/{row.algorithm}.yml: "), row.name
+        elif row.origin == "published":
+            assert row.env_id == ANY_MINATAR and "MinAtar" in row.source, row.name
         else:
             assert row.source.startswith("jaxlearner: "), row.name
     covered = {(row.algorithm, row.env_id) for row in preset_rows(origin="rl_zoo3")}
@@ -170,7 +177,10 @@ def test_a_row_with_an_unknown_field_fails():
     ("changes", "message"),
     [
         ({"num_envs": 0}, "Preset.num_envs must be a positive int; got 0."),
-        ({"origin": "sb3"}, "Preset.origin must be one of ('jaxlearner', 'rl_zoo3'); got 'sb3'."),
+        (
+            {"origin": "sb3"},
+            "Preset.origin must be one of ('jaxlearner', 'rl_zoo3', 'published'); got 'sb3'.",
+        ),
         ({"source": ""}, "Preset.source must be a non-empty string; got ''."),
     ],
 )
@@ -275,3 +285,17 @@ def test_ppos_adam_gets_the_configs_epsilon():
     learner = jl.algorithms.ppo(env.observation_space, env.action_space, config)
     (optimizer,) = learner.specs["default_policy"].named_optimizers.values()
     assert optimizer.hyperparams["eps"] == 1e-5
+
+
+def test_the_minatar_rows_cover_every_minatar_game_with_minatars_network():
+    for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
+        for algorithm in ("ppo", "dqn"):
+            config, row = jl.algorithms.preset(algorithm, f"gymnax:{game}-MinAtar")
+            assert row.env_id == ANY_MINATAR and row.origin == "published"
+            assert config.conv_filters == ((16, 3, 1),) and config.conv_padding == "valid"
+            assert config.hidden_sizes == (128,)
+    assert not preset_rows("ppo", "gymnax:CartPole-v1") and not preset_rows("ppo", "MinAtar")
+    dqn, _ = jl.algorithms.preset("dqn", "gymnax:Breakout-MinAtar")
+    assert (dqn.train_batch_size, dqn.replay_buffer_capacity, dqn.lr) == (32, 100_000, 2.5e-4)
+    ppo, row = jl.algorithms.preset("ppo", "gymnax:Breakout-MinAtar", origin="published")
+    assert ppo.train_batch_size == row.num_envs * 128 and ppo.minibatch_size == 1024

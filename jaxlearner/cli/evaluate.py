@@ -6,6 +6,10 @@
 * ``jaxlearner record RUN --episodes N --out DIR`` records episodes of the run's
   policy as a dataset for the offline algorithms.
 
+A ``gymnax:`` run is evaluated in one compiled loop; it has no frames to record and no
+gymnasium episodes to record as a dataset, which ``--video``, ``--render`` and ``record``
+say in one line.
+
 A newest checkpoint that is damaged is reported in one line and the next older intact
 one is read instead (:mod:`jaxlearner.cli.checkpoint_choice`).
 """
@@ -20,6 +24,9 @@ import jax
 
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
+from jaxlearner.anakin.envs import make as make_jax_env
+from jaxlearner.anakin.envs.gymnax import is_gymnax
+from jaxlearner.anakin.rollouts import make_evaluate
 from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.cli.checkpoint_choice import Chosen, read_checkpoint
 from jaxlearner.cli.options import EvalOptions, RecordOptions
@@ -53,6 +60,11 @@ def evaluate(options: EvalOptions) -> int:
     """
     run, info = read_run(options.run)
     video = _video_path(options)
+    if is_gymnax(info["env"]) and (video is not None or options.render is not None):
+        raise UsageError(
+            f"{info['env']} is a gymnax environment, which draws no frames: drop "
+            f"{'--video' if video is not None else '--render'} (eval reports its returns)"
+        )
     if video is not None or options.render is not None:
         _check_rendering(info["env"])
     chosen = read_checkpoint(
@@ -65,17 +77,7 @@ def evaluate(options: EvalOptions) -> int:
     say_fallback("eval", chosen)
     step, (learner, state) = chosen.step, chosen.value
     algorithm = algorithm_for(learner)
-    runner = EnvRunner(info["env"], num_envs=options.episodes, seed=options.seed)
-    try:
-        results = evaluate_policy(
-            runner,
-            algorithm.exploit,
-            state.modules[algorithm.module_id],
-            jax.random.key(options.seed),
-            seed=options.seed,
-        )
-    finally:
-        runner.close()
+    results = _evaluate(info["env"], algorithm, state, options)
     print(
         f"{info['algorithm']} on {info['env']}, checkpoint step {step}: "
         f"return {results['return_mean']:.1f} (min {results['return_min']:.1f}, max "
@@ -85,6 +87,23 @@ def evaluate(options: EvalOptions) -> int:
     if options.render is not None or video is not None:
         _play_episode(info["env"], algorithm, state, video, options)
     return 0
+
+
+def _evaluate(
+    env: str, algorithm: AnyAlgorithm, state: LearnerState, options: EvalOptions
+) -> dict[str, float]:
+    """``--episodes`` whole episodes with the deterministic policy: in gymnasium envs, or for
+    a ``gymnax:`` id in one compiled loop (:func:`~jaxlearner.anakin.rollouts.make_evaluate`)."""
+    module, key = state.modules[algorithm.module_id], jax.random.key(options.seed)
+    if is_gymnax(env):
+        evaluate = make_evaluate(algorithm, make_jax_env(env), options.episodes)
+        results = jax.device_get(jax.jit(evaluate)(module, key))
+        return {**{k: float(v) for k, v in results.items()}, "episodes": float(options.episodes)}
+    runner = EnvRunner(env, num_envs=options.episodes, seed=options.seed)
+    try:
+        return evaluate_policy(runner, algorithm.exploit, module, key, seed=options.seed)
+    finally:
+        runner.close()
 
 
 def say_fallback(command: str, chosen: Chosen[object]) -> None:
@@ -106,6 +125,11 @@ def record(options: RecordOptions) -> int:
         ``--out`` that is a file or holds a dataset already.
     """
     run, info = read_run(options.run)
+    if is_gymnax(info["env"]):
+        raise UsageError(
+            f"record writes gymnasium episodes as a dataset for bc and marwil, which train and "
+            f"evaluate in gymnasium; {info['env']} is a gymnax environment"
+        )
     check_folder_path("--out", pathlib.Path(options.out))
     chosen = read_checkpoint(
         run / CHECKPOINTS,

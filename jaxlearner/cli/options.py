@@ -28,7 +28,7 @@ MAX_SEED = 2**63 - 1
 Devices: TypeAlias = int | Literal["all"]
 """``--devices``: a number of devices, or ``"all"``."""
 
-PRESET_CHOICES: tuple[str, ...] = ("auto", "none", "rl_zoo3", "jaxlearner")
+PRESET_CHOICES: tuple[str, ...] = ("auto", "none", "rl_zoo3", "jaxlearner", "published")
 """``--preset``: the environment's preferred row (a row tuned here before RL Zoo's), none
 (the library's defaults), or the row of one origin."""
 

@@ -87,14 +87,18 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
         type=int,
         help="with --resume: the checkpoint step to continue from (default: the newest intact)",
     )
-    command.add_argument("--env", help="a gymnasium environment id (default: the algorithm's)")
+    command.add_argument(
+        "--env",
+        help="a gymnasium environment id (default: the algorithm's), or gymnax:NAME for a "
+        "gymnax game trained in one compiled program (pip install 'jaxlearner[gymnax]')",
+    )
     command.add_argument(
         "--preset",
         choices=PRESET_CHOICES,
         default="auto",
         help="the tuned settings to start from ('jaxlearner presets' lists them): auto (the "
-        "environment's row, one tuned here before RL Zoo's), rl_zoo3 or jaxlearner (that "
-        "origin's row), none (the library's defaults)",
+        "environment's row, one tuned here before RL Zoo's before a published one), rl_zoo3, "
+        "jaxlearner or published (that origin's row), none (the library's defaults)",
     )
     command.add_argument(
         "--dataset",

@@ -21,6 +21,9 @@ from jaxlearner.algorithms.algorithm import AnyAlgorithm, OfflineAlgorithm
 from jaxlearner.algorithms.builtin import algorithm_names, algorithm_recipe
 from jaxlearner.algorithms.config import parse_overrides
 from jaxlearner.algorithms.presets import Origin, Preset, preset_rows
+from jaxlearner.anakin.envs import make as make_jax_env
+from jaxlearner.anakin.envs.gymnax import check_gymnax_id, is_gymnax
+from jaxlearner.anakin.train import AnakinConfig, make_anakin
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import Devices, TrainOptions, parse_devices
@@ -243,7 +246,10 @@ def _saved_config(run: pathlib.Path, recorded: dict[str, Any], step: int | None)
 
 
 def _reward_threshold(env_id: str) -> float | None:
-    """gymnasium's ``reward_threshold`` for the environment (``None`` where it has none)."""
+    """gymnasium's ``reward_threshold`` for the environment (``None`` where it has none, and for
+    gymnax's)."""
+    if is_gymnax(env_id):
+        return None
     try:
         threshold = gym.spec(env_id).reward_threshold
     except gym.error.Error:
@@ -280,17 +286,15 @@ def build(settings: RunSettings) -> AnyAlgorithm:
         many ``--devices``, a ``--dataset`` that does not fit, or a ``--num-envs``
         the batch does not split over.
     """
-    recipe = algorithm_recipe(settings.algorithm)
-    config = settings.config
     check_env_extra(settings.env)
+    if is_gymnax(settings.env):
+        return _build_anakin(settings)
     try:
         env = make_env(settings.env)
     except gym.error.Error as error:
         raise UsageError(str(error)) from None
     try:
-        algorithm = recipe.build(env.observation_space, env.action_space, config)
-    except (TypeError, ValueError) as error:
-        raise UsageError(str(error)) from None
+        algorithm = _build_algorithm(settings, env.observation_space, env.action_space)
     finally:
         env.close()
     devices = _devices(settings.devices)
@@ -309,22 +313,66 @@ def build(settings: RunSettings) -> AnyAlgorithm:
     return algorithm
 
 
+def _build_algorithm(settings: RunSettings, observation_space: Any, action_space: Any) -> Any:
+    """The algorithm of ``settings`` for these spaces; a config it rejects is a usage error."""
+    recipe = algorithm_recipe(settings.algorithm)
+    try:
+        return recipe.build(observation_space, action_space, settings.config)
+    except (TypeError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _build_anakin(settings: RunSettings) -> AnyAlgorithm:
+    """The algorithm of a ``gymnax:`` run, checked as :func:`make_anakin` takes it (on one
+    device, on rollouts, collecting with the current params)."""
+    if settings.dataset is not None or settings.algorithm in ("bc", "marwil"):
+        raise UsageError(
+            f"{settings.algorithm} trains on a recorded dataset evaluated in gymnasium; gymnax "
+            "environments (--env gymnax:NAME) train ppo, appo, dqn or sac on their own rollouts"
+        )
+    if settings.devices not in (None, "1"):
+        raise UsageError(
+            f"--devices {settings.devices}: a gymnax run is one compiled program on one device "
+            "(jaxlearner.anakin.sweeps trains many seeds over devices); drop --devices"
+        )
+    env = make_jax_env(settings.env)
+    algorithm = _build_algorithm(settings, env.observation_space, env.action_space)
+    try:
+        algorithm.rollout_steps(settings.num_envs)
+    except ValueError as error:
+        raise UsageError(f"--num-envs {settings.num_envs}: {error}") from None
+    try:
+        make_anakin(algorithm, env, AnakinConfig(num_envs=settings.num_envs))
+    except ValueError as error:
+        raise UsageError(f"{settings.env}: {error}") from None
+    return algorithm
+
+
 EXTRAS: dict[str, tuple[str, str]] = {"gymnasium.envs.mujoco": ("mujoco", "mujoco")}
 """Environments by entry-point package: the module they import and jaxlearner's extra."""
 
 
 def check_env_extra(env_id: str) -> None:
-    """A MuJoCo environment without MuJoCo installed is one line naming the extra.
+    """A MuJoCo, Atari or gymnax environment without its extra installed is one line naming
+    the extra; so is an unknown gymnax name, with gymnax's names.
 
     Raises:
       UsageError: ``HalfCheetah-v5 needs MuJoCo: pip install "jaxlearner[mujoco]"``;
-        ``ALE/Pong-v5 needs ale-py, which is not installed: pip install "jaxlearner[atari]"``.
+        ``ALE/Pong-v5 needs ale-py, which is not installed: pip install "jaxlearner[atari]"``;
+        ``gymnax environments need gymnax, which is not installed: pip install
+        "jaxlearner[gymnax]"``.
     """
     if is_atari(env_id):
         try:
             register_ale(env_id)
         except ImportError as error:
             raise UsageError(str(error)) from None
+    if is_gymnax(env_id):
+        try:
+            check_gymnax_id(env_id)
+        except (ImportError, ValueError) as error:
+            raise UsageError(str(error)) from None
+        return
     try:
         entry_point = gym.spec(env_id).entry_point
     except gym.error.Error:

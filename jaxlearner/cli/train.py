@@ -29,6 +29,8 @@ from typing import TypeAlias
 
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
 from jaxlearner.algorithms.config import config_to_json
+from jaxlearner.anakin.envs.gymnax import is_gymnax
+from jaxlearner.anakin.trainer import AnakinTrainer
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.cli.checkpoint_choice import read_checkpoint
@@ -70,8 +72,9 @@ from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound,
 from jaxlearner.training.trainer import Trainer
 from jaxlearner_cli import SIGNALS, Interrupted
 
-AnyTrainer: TypeAlias = Trainer | OfflineTrainer
-"""The trainer ``jaxlearner train`` runs: on rollouts, or on a dataset (BC, MARWIL)."""
+AnyTrainer: TypeAlias = Trainer | OfflineTrainer | AnakinTrainer
+"""The trainer ``jaxlearner train`` runs: on rollouts, on a dataset (BC, MARWIL), or compiled
+with a gymnax environment (``--env gymnax:NAME``)."""
 
 _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | None
 
@@ -307,6 +310,18 @@ def _trainer(
                 flush=True,
             )
         return trainer
+    if is_gymnax(settings.env):
+        spi = algorithm.rollout_steps(settings.num_envs) * settings.num_envs
+        return AnakinTrainer(
+            algorithm,
+            settings.env,
+            num_envs=settings.num_envs,
+            iterations_per_step=iterations_per_step(settings, spi),
+            eval_episodes=EVAL_EPISODES,
+            seed=settings.seed,
+            writers=writers,
+            progress=progress,
+        )
     return Trainer(
         algorithm,
         settings.env,
@@ -315,6 +330,26 @@ def _trainer(
         writers=writers,
         progress=progress,
     )
+
+
+EVAL_EPISODES = 10
+"""Episodes per evaluation of a ``gymnax:`` run (the Trainer's default)."""
+
+
+def iterations_per_step(settings: RunSettings, steps_per_iteration: int) -> int:
+    """Anakin iterations per compiled call of a ``gymnax:`` run: the most that fit between two
+    evaluations and two checkpoints and divide the run's iterations (so ``--max-steps`` is
+    not overshot by more than one iteration); at least one.
+
+    Example:
+      >>> settings = RunSettings("ppo", "gymnax:Breakout-MinAtar", {}, 8, 0, None, 100_000,
+      ...     eval_every=10_000, checkpoint_every_steps=20_000, devices=None)
+      >>> iterations_per_step(settings, 1024)  # 98 iterations, 9 fit between evaluations
+      7
+    """
+    fit = max(1, min(settings.eval_every, settings.checkpoint_every_steps) // steps_per_iteration)
+    total = math.ceil(settings.max_steps / steps_per_iteration)
+    return max(k for k in range(1, fit + 1) if total % k == 0)
 
 
 def _run(

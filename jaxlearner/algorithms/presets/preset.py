@@ -10,28 +10,38 @@ from typing import Any, Literal, TypeAlias
 from jaxlearner.algorithms.builtin import algorithm_recipe
 from jaxlearner.algorithms.config import make_config
 
-Origin: TypeAlias = Literal["rl_zoo3", "jaxlearner"]
-"""Who tuned a row: RL Zoo (``rl_zoo3/hyperparams/*.yml``), or this project."""
+Origin: TypeAlias = Literal["rl_zoo3", "jaxlearner", "published"]
+"""Who tuned a row: RL Zoo (``rl_zoo3/hyperparams/*.yml``), this project, or another published
+configuration that the row's ``source`` names (a paper's, gymnax-blines')."""
 
 ANY_ATARI = "ALE/*"
 """The ``env_id`` of rows for every Atari game (every ``ALE/`` id), as RL Zoo's ``atari``
 entries are."""
 
+ANY_MINATAR = "gymnax:*-MinAtar"
+"""The ``env_id`` of rows for every MinAtar game in gymnax (``gymnax:Breakout-MinAtar``, ...)."""
+
 
 def covers(row_env_id: str, env_id: str) -> bool:
-    """Whether a row of ``row_env_id`` is for ``env_id`` (:data:`ANY_ATARI` covers ``ALE/`` ids).
+    """Whether a row of ``row_env_id`` is for ``env_id``: the same id, or a pattern's
+    (:data:`ANY_ATARI` covers every ``ALE/`` id, :data:`ANY_MINATAR` every MinAtar game).
 
     Example:
       >>> covers("ALE/*", "ALE/Pong-v5"), covers("CartPole-v1", "ALE/Pong-v5")
       (True, False)
+      >>> covers("gymnax:*-MinAtar", "gymnax:Breakout-MinAtar")
+      True
     """
+    if row_env_id == ANY_MINATAR:
+        return env_id.startswith("gymnax:") and env_id.endswith("-MinAtar")
     return row_env_id == env_id or (row_env_id == ANY_ATARI and env_id.startswith("ALE/"))
 
 
-ORIGINS: tuple[Origin, ...] = ("jaxlearner", "rl_zoo3")
+ORIGINS: tuple[Origin, ...] = ("jaxlearner", "rl_zoo3", "published")
 """The origins, in the order :func:`~jaxlearner.algorithms.presets.preset` prefers them: a row
 tuned here exists only where it reached the same goal faster on a CPU than RL Zoo's (its notes
-say by how much), so it goes first."""
+say by how much), so it goes first; rows from other published configurations cover what RL Zoo
+does not (MinAtar)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +51,8 @@ class Preset:
     Attributes:
       algorithm: the registered algorithm's name (``"ppo"``, ``"sac"``, ...).
       env_id: the gymnasium environment id (RL Zoo's ``-v4`` and ``-v2`` MuJoCo entries
-        are given here under gymnasium's ``-v5`` ids), or :data:`ANY_ATARI` for every
-        Atari game.
+        are given here under gymnasium's ``-v5`` ids), :data:`ANY_ATARI` for every
+        Atari game, or :data:`ANY_MINATAR` for every MinAtar game in gymnax.
       config: the algorithm's config fields (its config class's names), read-only.
       num_envs: sub-environments stepped together (SB3's ``n_envs``).
       max_steps: the env-step budget (RL Zoo's ``n_timesteps``); ``lin_`` schedules reach 0
@@ -51,7 +61,7 @@ class Preset:
       source: the file and entry the numbers come from, e.g.
         ``"rl_zoo3/hyperparams/ppo.yml: HalfCheetah-v4"``.
       notes: what the translation changed or left out, and why.
-      origin: ``"rl_zoo3"`` or ``"jaxlearner"`` (see :data:`ORIGINS`).
+      origin: ``"rl_zoo3"``, ``"jaxlearner"`` or ``"published"`` (see :data:`ORIGINS`).
 
     Raises:
       ValueError: for an unknown origin, counts that are not positive ints, or an empty

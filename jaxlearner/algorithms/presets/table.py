@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxlearner.algorithms.presets import dqn_rows, ppo_rows, sac_rows, tuned_rows
+from jaxlearner.algorithms.presets import (
+    dqn_rows,
+    minatar_rows,
+    ppo_rows,
+    sac_rows,
+    tuned_rows,
+)
 from jaxlearner.algorithms.presets.preset import ORIGINS, Origin, Preset, covers
 
 PRESETS: tuple[Preset, ...] = (
@@ -12,6 +18,7 @@ PRESETS: tuple[Preset, ...] = (
     *ppo_rows.ROWS,
     *sac_rows.ROWS,
     *dqn_rows.ROWS,
+    *minatar_rows.ROWS,
 )
 """Every row; one per (algorithm, env_id, origin)."""
 
@@ -33,7 +40,7 @@ def preset_rows(
     algorithm: str | None = None, env_id: str | None = None, origin: Origin | None = None
 ) -> tuple[Preset, ...]:
     """The rows that match every argument given, in :func:`preset`'s order of preference
-    (the ``ALE/*`` rows match every ``ALE/`` id).
+    (the ``ALE/*`` rows match every ``ALE/`` id, ``gymnax:*-MinAtar`` every MinAtar game).
 
     Example:
       >>> [row.env_id for row in preset_rows("sac")][:2]
@@ -90,12 +97,13 @@ def preset(algorithm: str, env_id: str, origin: Origin | None = None) -> tuple[A
 
     Where this project tuned a faster row than RL Zoo's (``origin="jaxlearner"``, the
     command line's settings on each algorithm's own environment) that row is used, else RL
-    Zoo's; ``origin`` picks one.
+    Zoo's, else a published configuration's (MinAtar's); ``origin`` picks one.
 
     Args:
       algorithm: the algorithm's name (``"ppo"``, ``"sac"``, ``"dqn"``, ...).
       env_id: a gymnasium environment id (MuJoCo rows use ``-v5`` ids).
-      origin: ``"rl_zoo3"`` or ``"jaxlearner"``; ``None`` for the preferred row.
+      origin: ``"rl_zoo3"``, ``"jaxlearner"`` or ``"published"``; ``None`` for the
+        preferred row.
 
     Returns:
       ``(config, row)``: the algorithm's typed config (``PPOConfig``, ...), and the
