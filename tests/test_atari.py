@@ -63,6 +63,36 @@ def test_the_runner_learns_from_clipped_rewards_and_life_losses_but_reports_game
     assert episodes[0] >= rewards.sum() > 0  # bricks are worth 1 to 7 points
 
 
+def test_fire_is_pressed_after_each_reset_and_lost_life_in_games_that_wait_for_it():
+    """Breakout launches a ball only on FIRE: a policy that never fires (always NOOP) loses
+    its five balls and its game with the wrapper, and stands still without it."""
+
+    def play_noop(env, steps):
+        env.reset(seed=0)
+        lives = []
+        for step in range(1, steps + 1):
+            _, _, terminated, truncated, info = env.step(0)
+            lives.append(info["lives"])
+            if terminated or truncated:
+                return step, lives
+        return None, lives
+
+    env = atari.make_atari("ALE/Breakout-v5")
+    assert isinstance(env.env.env, atari.FireReset)  # under the frame stack and its transpose
+    ended, lives = play_noop(env, 2000)
+    assert ended is not None and sorted(set(lives), reverse=True) == [5, 4, 3, 2, 1, 0]
+    ended, lives = play_noop(atari.make_atari("ALE/Breakout-v5", fire_reset=False), 500)
+    assert ended is None and set(lives) == {5}
+    pong = atari.make_atari("ALE/Pong-v5", fire_reset=True)  # Pong's action 1 is FIRE too
+    assert atari.FireReset.applies(pong.env.env)
+    freeway = gym.make("ALE/Freeway-v5")  # no FIRE: the wrapper is refused, make_atari skips it
+    assert not atari.FireReset.applies(freeway)
+    with pytest.raises(ValueError, match="FireReset needs a game whose action 1 is FIRE"):
+        atari.FireReset(freeway)
+    for made in (env, pong, freeway):
+        made.close()
+
+
 def test_the_signals_ignore_the_lives_of_a_new_game_and_unknown_lives():
     signals = atari.AtariSignals()
     signals.reset({})

@@ -9,6 +9,10 @@ environment of (the :class:`~jaxlearner.Trainer`, ``jaxlearner train``, ``eval``
   108,000-frame episode limit are kept;
 * ``AtariPreprocessing``: up to 30 no-op actions after each reset, the action repeated on 4
   frames with the last two max-pooled, 84x84 grayscale, uint8;
+* :class:`FireReset` in games that wait for FIRE to start (Breakout launches each ball on
+  FIRE): FIRE is pressed after each reset and each lost life, as SB3's ``AtariWrapper`` does
+  (its ``FireResetEnv``); otherwise a policy that never chose FIRE would stand still until the
+  frame limit;
 * ``FrameStackObservation`` of 4 (an episode's first observation padded with its reset
   frame), moved to the last axis: observations ``[84, 84, 4]`` uint8, as the CNN encoder
   and the replay's frame store (``replay_frame_stack=4``) take them.
@@ -71,6 +75,7 @@ def make_atari(
     noop_max: int = 30,
     frame_skip: int = 4,
     screen_size: int = 84,
+    fire_reset: bool = True,
     **make_kwargs: Any,
 ) -> gym.Env:
     """An ``ALE/...`` game with the DeepMind preprocessing (see the module docstring).
@@ -81,6 +86,8 @@ def make_atari(
       noop_max: the most no-op actions after a reset.
       frame_skip: frames each action is repeated on (the last two max-pooled).
       screen_size: the observations' height and width.
+      fire_reset: press FIRE after each reset and lost life (:class:`FireReset`) in games
+        whose action 1 is FIRE; other games are left as they are.
       make_kwargs: passed to ``gymnasium.make`` (``render_mode``,
         ``repeat_action_probability``, ``full_action_space``, ...); not ``frameskip``.
 
@@ -104,6 +111,8 @@ def make_atari(
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size
     )
+    if fire_reset and FireReset.applies(env):
+        env = FireReset(env)
     env = gym.wrappers.FrameStackObservation(env, frame_stack)
     space = gym.spaces.Box(0, 255, (screen_size, screen_size, frame_stack), np.uint8)
     return gym.wrappers.TransformObservation(env, _channels_last, space)
@@ -117,6 +126,66 @@ def make_env(env_id: str, **config: Any) -> gym.Env:
 def _channels_last(obs: np.ndarray) -> np.ndarray:
     """``[S, H, W]`` stacked frames as ``[H, W, S]`` (a module function: it is pickled)."""
     return np.moveaxis(obs, 0, -1)
+
+
+FIRE = 1
+"""ALE's FIRE action, where a game has one (its action 1)."""
+
+
+class FireReset(gym.Wrapper):
+    """Presses FIRE after each reset and each lost life, in games that wait for it.
+
+    Breakout (and other games) start a ball or a life only on FIRE; SB3's ``AtariWrapper``
+    presses it on reset (``FireResetEnv``) and, since its episodes end at each lost life,
+    after every life. Here the game plays on after a lost life, so the step that loses one is
+    followed by a FIRE within the same step (its reward added; the lost life stays in the
+    step's ``info["lives"]`` for :class:`AtariSignals`). The reset's FIRE reward is dropped,
+    as SB3 drops it. The FIRE steps pass through the frame skip below, like any action.
+
+    Example:
+      >>> env = FireReset(make_atari("ALE/Breakout-v5", fire_reset=False))  # doctest: +SKIP
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        if not self.applies(env):
+            raise ValueError(
+                f"FireReset needs a game whose action {FIRE} is FIRE; "
+                f"{env.spec.id if env.spec else env} has {self._meanings(env)}."
+            )
+        super().__init__(env)
+        self._lives = 0
+
+    @staticmethod
+    def _meanings(env: gym.Env) -> list[str]:
+        meanings = getattr(env.unwrapped, "get_action_meanings", None)
+        return list(meanings()) if callable(meanings) else []
+
+    @classmethod
+    def applies(cls, env: gym.Env) -> bool:
+        """Whether the game's action 1 is FIRE (and it has at least three actions, as SB3
+        checks)."""
+        meanings = cls._meanings(env)
+        return len(meanings) >= 3 and meanings[FIRE] == "FIRE"
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """The game's reset, then FIRE (reset again should FIRE end it)."""
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        self._lives = info.get("lives", 0)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """The action, then FIRE when it lost a life and the game goes on."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = info.get("lives", self._lives)
+        if lives < self._lives and not (terminated or truncated):
+            obs, more, terminated, truncated, fired = self.env.step(FIRE)
+            reward += more
+            info = {**fired, "lives": min(lives, fired.get("lives", lives))}
+        self._lives = info.get("lives", lives)
+        return obs, reward, terminated, truncated, info
 
 
 class AtariSignals:

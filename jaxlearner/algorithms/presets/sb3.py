@@ -88,11 +88,10 @@ ATARI_NOTES = (
     "ALE v5 games with gymnasium's AtariPreprocessing and v5's sticky actions (0.25), the "
     "same 30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale and 4 stacked "
     "frames; a life loss ends the episode and rewards are clipped to their sign for learning "
-    "only, so episode returns are game scores (jaxlearner.training.atari). SB3's AtariWrapper "
-    "also presses FIRE after each reset and lost life (FireResetEnv); here the agent presses it "
-    "itself, so a greedy policy that never does waits out the game's frame limit. CnnPolicy is "
-    "SB3's "
-    "NatureCNN: conv_padding 'valid' and a 512-unit layer (hidden_sizes [512]), linear heads."
+    "only, so episode returns are game scores (jaxlearner.training.atari); FIRE is pressed "
+    "after each reset and lost life in games that wait for it, as SB3's FireResetEnv. "
+    "CnnPolicy is SB3's NatureCNN: conv_padding 'valid' and a 512-unit layer (hidden_sizes "
+    "[512]), linear heads."
 )
 """What every Atari row's notes say about the environment and the network."""
 
