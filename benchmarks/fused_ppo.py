@@ -12,6 +12,14 @@ after global-norm clipping at 0.5, separate 64x64 tanh actor and critic
 value coefficient 0.5, entropy coefficient 0.01, advantages standardized per
 minibatch.
 
+``network`` chooses the model: purejaxrl's MLP (``"mlp"``), or for MinAtar's 10x10 grids
+MinAtar's network (Young & Tian 2019: one 3x3 convolution of 16 filters, stride 1, no
+padding, then 128 ReLU units; separate actor and critic as purejaxrl's), its convolution
+``flax.linen.Conv`` as a purejaxrl user writes it (``"minatar_cnn"``) or jaxlearner's
+``Conv`` (``"minatar_cnn_jl"``: the same values, a kernel gradient that XLA:CPU does not slow
+down inside loops, jax-ml/jax#12868; ``benchmarks/bench_conv.py``). :data:`MINATAR` is the
+config of ``benchmarks/bench_pixels.py``.
+
 Two differences from purejaxrl, both for a like-for-like comparison with
 ``jaxlearner.anakin``: the environment is jaxlearner's pure-JAX ``CartPole-v1``
 (``jaxlearner.anakin.envs``, the same env code, so env cost is identical;
@@ -53,7 +61,8 @@ class FusedPPOConfig:
       clip_eps: surrogate and value clip.
       ent_coef, vf_coef: loss coefficients.
       max_grad_norm: global-norm clip.
-      hidden: hidden layer width (two layers each for actor and critic).
+      hidden: hidden layer width (two layers each for actor and critic; the CNNs' one layer).
+      network: ``"mlp"``, ``"minatar_cnn"`` or ``"minatar_cnn_jl"`` (see the module docstring).
     """
 
     num_envs: int = 4
@@ -69,6 +78,7 @@ class FusedPPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     hidden: int = 64
+    network: str = "mlp"
 
     @property
     def num_updates(self) -> int:
@@ -80,6 +90,19 @@ class FusedPPOConfig:
 
 
 PURE_JAX_RL = FusedPPOConfig()
+
+MINATAR = FusedPPOConfig(
+    num_envs=64,
+    num_steps=128,
+    total_timesteps=1_048_576,
+    update_epochs=4,
+    num_minibatches=8,
+    lr=5e-4,
+    gamma=0.999,
+    hidden=128,
+    network="minatar_cnn",
+)
+"""gymnax-blines' MinAtar PPO shapes (jaxlearner's MinAtar preset) with MinAtar's network."""
 
 
 class ActorCritic(nn.Module):
@@ -102,6 +125,50 @@ class ActorCritic(nn.Module):
         return logits, jnp.squeeze(value, axis=-1)
 
 
+class MinAtarActorCritic(nn.Module):
+    """MinAtar's network for actor and critic apart: Conv(16, 3x3, VALID), ReLU, Dense(128), ReLU.
+
+    ``jaxlearner_conv``: jaxlearner's ``Conv`` instead of ``flax.linen.Conv`` (same params).
+    """
+
+    action_dim: int
+    hidden: int = 128
+    jaxlearner_conv: bool = False
+
+    def conv(self) -> nn.Module:
+        init = nn.initializers.orthogonal(np.sqrt(2))
+        if not self.jaxlearner_conv:
+            return nn.Conv(16, (3, 3), padding="VALID", kernel_init=init)
+        from jaxlearner.algorithms.networks.convolution import Conv
+
+        return Conv(16, 3, 1, "VALID", kernel_init=init)
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def tower(out: int, scale: float) -> jax.Array:
+            y = self.conv()(x)
+            y = nn.relu(y).reshape(*x.shape[:-3], -1)
+            dense = lambda n, s: nn.Dense(n, kernel_init=nn.initializers.orthogonal(s))
+            return dense(out, scale)(nn.relu(dense(self.hidden, np.sqrt(2))(y)))
+
+        logits = tower(self.action_dim, 0.01)
+        value = tower(1, 1.0)
+        return logits, jnp.squeeze(value, axis=-1)
+
+
+def network_for(config: FusedPPOConfig, action_dim: int) -> nn.Module:
+    """The config's ``network`` as a flax module."""
+    if config.network == "mlp":
+        return ActorCritic(action_dim, config.hidden)
+    if config.network == "minatar_cnn":
+        return MinAtarActorCritic(action_dim, config.hidden)
+    if config.network == "minatar_cnn_jl":
+        return MinAtarActorCritic(action_dim, config.hidden, jaxlearner_conv=True)
+    raise ValueError(
+        f"network must be 'mlp', 'minatar_cnn' or 'minatar_cnn_jl'; got {config.network!r}."
+    )
+
+
 def make_train(config: FusedPPOConfig, env: Environment) -> Callable[[jax.Array], Any]:
     """purejaxrl's ``make_train``: a pure ``train(key) -> (runner_state, metrics)``.
 
@@ -114,7 +181,7 @@ def make_train(config: FusedPPOConfig, env: Environment) -> Callable[[jax.Array]
       >>> out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 8))  # doctest: +SKIP
     """
     c = config
-    network = ActorCritic(int(env.action_space.n), c.hidden)
+    network = network_for(c, int(env.action_space.n))
     batch_size = c.num_envs * c.num_steps
 
     def linear_schedule(count: jax.Array) -> jax.Array:
