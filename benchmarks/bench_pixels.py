@@ -20,8 +20,9 @@ Three parts, each printing the markdown table for ``benchmarks/README.md`` and w
   env steps per second over the median call.
 * ``python benchmarks/bench_pixels.py minatar-return [--seeds 0 1 2] [--steps 5000000]``:
   ``jaxlearner train ppo --env gymnax:Breakout-MinAtar --max-steps 5000000 --stop-reward
-  none --seed S`` (the preset), one process per seed; the final evaluation (10 episodes), the
-  last three evaluations' mean and the wall time.
+  none --seed S`` (the preset), one process per seed; the final evaluation (10 episodes of the
+  deterministic policy), the last three evaluations' mean, the training return (the stochastic
+  policy's, over the last 100 or more episodes) and the wall time.
 """
 
 from __future__ import annotations
@@ -174,22 +175,24 @@ def bench_minatar_return(args: argparse.Namespace) -> dict:
             evaluations = last_evaluations(out)
             run = {"seed": seed, "wall_s": seconds, "last_evaluations": evaluations}
             rows = (out / "metrics.jsonl").read_text().splitlines()
+            records = [json.loads(row) for row in rows]
             run["curve"] = [
-                (r["env_steps"], r["eval/return_mean"])
-                for r in map(json.loads, rows)
-                if "eval/return_mean" in r
+                (r["env_steps"], r["eval/return_mean"]) for r in records if "eval/return_mean" in r
             ]
+            trained = [r for r in records if "episode_return_mean" in r]
+            run["train_curve"] = [(r["env_steps"], r["episode_return_mean"]) for r in trained]
+            run["train_return"] = trained[-1]["episode_return_mean"]
             runs.append(run)
             print(f"seed {seed}: {evaluations} in {seconds:.0f} s, load {load_average()}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    table = ["| seed | final evaluation | last 3 evaluations' mean | wall (s) |"]
-    table.append("|---|---|---|---|")
+    table = ["| seed | final evaluation | last 3 evaluations' mean | training return | wall (s) |"]
+    table.append("|---|---|---|---|---|")
     for run in runs:
         values = run["last_evaluations"]
         table.append(
             f"| {run['seed']} | {values[-1]:.1f} | {statistics.mean(values):.1f} | "
-            f"{run['wall_s']:.0f} |"
+            f"{run['train_return']:.1f} | {run['wall_s']:.0f} |"
         )
     return {"steps": args.steps, "runs": runs, "table": table}
 
