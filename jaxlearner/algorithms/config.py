@@ -245,11 +245,22 @@ def check_policy_network_config(config: Any) -> None:
         owner, hidden_sizes=config.hidden_sizes, head_hidden_sizes=config.head_hidden_sizes
     )
     check_activation(owner, activation=config.activation, head_activation=config.head_activation)
+    check_conv_config(config)
+    object.__setattr__(config, "hidden_sizes", tuple(config.hidden_sizes))
+    object.__setattr__(config, "head_hidden_sizes", tuple(config.head_hidden_sizes))
+
+
+def check_conv_config(config: Any) -> None:
+    """Checks a frozen config's CNN fields, ``conv_padding`` and ``conv_filters``, and stores
+    the filters as tuples of ``(out_channels, kernel, stride)`` triples.
+
+    Raises:
+      ValueError: naming the field, the value received and the valid values.
+    """
+    owner = type(config).__name__
     check_choice(owner, "conv_padding", config.conv_padding, CONV_PADDINGS)
     filters = check_conv_filters(config.conv_filters, f"{owner}.conv_filters")
     object.__setattr__(config, "conv_filters", filters)
-    object.__setattr__(config, "hidden_sizes", tuple(config.hidden_sizes))
-    object.__setattr__(config, "head_hidden_sizes", tuple(config.head_hidden_sizes))
 
 
 def check_offline_batch_config(config: Any) -> None:

@@ -111,6 +111,7 @@ from jaxlearner.algorithms.algorithm import MODULE_ID, ActFn, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_choice,
+    check_conv_config,
     check_layers,
     check_learning_rates,
     check_positive,
@@ -119,7 +120,7 @@ from jaxlearner.algorithms.config import (
     config_adam,
     freeze_schedule,
 )
-from jaxlearner.algorithms.networks.encoders import CONV_PADDINGS, ConvFilters, check_conv_filters
+from jaxlearner.algorithms.networks.encoders import ConvFilters
 from jaxlearner.algorithms.networks.models import q_network
 from jaxlearner.algorithms.replay.off_policy import (
     masked_mean,
@@ -184,9 +185,7 @@ class DQNConfig:
         check_positive(owner, adam_epsilon=self.adam_epsilon)
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
         check_layers(owner, head_hidden_sizes=self.head_hidden_sizes)
-        check_choice(owner, "conv_padding", self.conv_padding, CONV_PADDINGS)
-        filters = check_conv_filters(self.conv_filters, f"{owner}.conv_filters")
-        object.__setattr__(self, "conv_filters", filters)
+        check_conv_config(self)
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         object.__setattr__(self, "head_hidden_sizes", tuple(self.head_hidden_sizes))
 

@@ -5,8 +5,8 @@ function; :class:`AnakinTrainer` drives it in blocks of ``iterations_per_step``
 iterations, each block one compiled call, so that a run over a pure-JAX
 environment (``"gymnax:Breakout-MinAtar"``) gets what a gymnasium run gets from
 :class:`~jaxlearner.Trainer`: the same :class:`~jaxlearner.training.run_book.RunBook`
-(counters, a history row per iteration, the writers, stop conditions, the
-evaluation cadence, a stop request honoured between blocks) and checkpoints that
+(counters, a history row per step, the writers, stop conditions, the evaluation
+cadence, a stop request honoured between blocks) and checkpoints that
 resume exactly. ``jaxlearner train ALGO --env gymnax:NAME`` runs one.
 
 The whole :class:`~jaxlearner.anakin.AnakinState` is saved: the learner state as a
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 import jax
@@ -40,12 +40,12 @@ from jaxlearner.anakin.envs import make as make_env
 from jaxlearner.anakin.envs.environment import Environment
 from jaxlearner.anakin.iteration import AnakinState
 from jaxlearner.anakin.train import AnakinConfig, make_anakin
+from jaxlearner.checkpoint.leaves import is_key, stored_leaf
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.training import run_book
 from jaxlearner.training.compile_clock import Stopwatch
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.outputs.run_config import run_config
-from jaxlearner.training.stop_conditions import StopCondition
 
 RECENT_EPISODES = 100
 """Episodes (at least) behind ``episode_return_mean``, as the Trainer's window."""
@@ -101,7 +101,8 @@ class AnakinTrainer:
       num_envs: environments stepped together (vmapped).
       iterations_per_step: Anakin iterations in one :meth:`step`, one compiled call and one
         row of :attr:`history`. Stop conditions, evaluations, a stop request and
-        checkpoints fall between steps.
+        checkpoints fall between steps; ``run``'s ``max_iterations`` and
+        ``eval_every_iterations`` count steps.
       eval_episodes: fresh environments per :meth:`eval`, one whole episode each.
       seed: seeds the learner's init, the environments and the run's key.
       writers: metric writers (console, JSON lines, TensorBoard, MLflow).
@@ -240,31 +241,7 @@ class AnakinTrainer:
         self._book.record(stats)
         return stats
 
-    def run(
-        self,
-        stop_conditions: StopCondition | Sequence[StopCondition] = (),
-        steps_per_eval: int | None = None,
-        max_iterations: int | None = None,
-        on_iteration: Callable[[dict[str, float]], None] | None = None,
-        evaluate_at_end: bool = False,
-        eval_every_iterations: int | None = None,
-    ) -> list[dict[str, float]]:
-        """Steps until a stop condition holds; see
-        :func:`~jaxlearner.training.run_book.trainer_run` for the arguments (``max_iterations``
-        and ``eval_every_iterations`` count steps, the blocks of ``iterations_per_step``).
-
-        Returns:
-          The rows of the steps this call ran.
-        """
-        return run_book.trainer_run(
-            self,
-            stop_conditions,
-            steps_per_eval,
-            max_iterations,
-            on_iteration,
-            evaluate_at_end,
-            eval_every_iterations,
-        )
+    run = run_book.trainer_run
 
     def eval(self) -> dict[str, float]:
         """One whole episode in each of ``eval_episodes`` fresh environments, deterministic.
@@ -291,7 +268,8 @@ class AnakinTrainer:
         Returns:
           The step saved (the iteration count).
         """
-        leaves = [_storable(leaf) for leaf in jax.tree.leaves(self._state.replace(learner=None))]
+        state = self._state.replace(learner=None)
+        leaves = [np.asarray(stored_leaf(leaf)) for leaf in jax.tree.leaves(state)]
         arrays = {"anakin": {str(i): leaf for i, leaf in enumerate(leaves)}}
         extra = {"anakin": {"leaves": len(leaves)}}
         return self._book.save(
@@ -329,17 +307,10 @@ class AnakinTrainer:
         self._book.close()
 
 
-def _storable(leaf: jax.Array) -> np.ndarray:
-    """A leaf as an array orbax stores: typed keys as their key data."""
-    if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        leaf = jax.random.key_data(leaf)
-    return np.asarray(leaf)
-
-
 def _loaded(saved: Any, like: jax.Array, name: str) -> jax.Array:
     """A saved leaf back as ``like``'s kind of array (a typed key from its data), checked."""
     value = jnp.asarray(saved)
-    if jnp.issubdtype(like.dtype, jax.dtypes.prng_key):
+    if is_key(like):
         value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(like))
     if value.shape != like.shape or value.dtype != like.dtype:
         raise ValueError(
