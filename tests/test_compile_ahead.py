@@ -2,6 +2,8 @@
 step, and the Trainer's first update compiled on a thread (issue 24's cold start)."""
 
 import logging
+import threading
+import types
 
 import gymnasium as gym
 import jax
@@ -10,7 +12,8 @@ import pytest
 from helpers import CompileCounter, assert_same_stats, tree_equal
 
 import jaxlearner as jl
-from jaxlearner.training import compile_ahead
+from jaxlearner.algorithms.replay.update_rate import first_updates, updates_due
+from jaxlearner.training import compile_ahead, feeds
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.rollout import experience_shapes
 
@@ -133,7 +136,7 @@ def test_the_trainers_first_update_is_compiled_once_on_its_thread(env_id, config
     assert compiled.of("update") == [("jit(update)", "MainThread")]
 
 
-def test_only_an_on_policy_trainer_starts_a_thread(monkeypatch):
+def test_an_eager_learner_starts_no_thread(monkeypatch):
     started = []
     made = compile_ahead.CompileAhead.__init__
 
@@ -144,12 +147,93 @@ def test_only_an_on_policy_trainer_starts_a_thread(monkeypatch):
     monkeypatch.setattr(compile_ahead.CompileAhead, "__init__", recorded)
     small_trainer().close()
     assert len(started) == 1
-    # DQN's first update waits for learning_starts: nothing to trace or compile at start-up.
-    dqn = jl.algorithms.dqn(
-        CARTPOLE.observation_space, CARTPOLE.action_space, {"hidden_sizes": (8,)}
-    )
-    jl.Trainer(dqn, "CartPole-v1", num_envs=2, progress=False).close()
+    eager = jl.algorithms.ppo(CARTPOLE.observation_space, CARTPOLE.action_space, SMALL)
+    eager = eager.replace(jit=False)
+    jl.Trainer(eager, "CartPole-v1", num_envs=2, progress=False).close()
     assert len(started) == 1
+
+
+WARMUP = 64  # env steps before the first update: 8 iterations of 2 envs x 4 steps
+
+
+def small_replay_trainer(algo="dqn", devices=None, **kwargs):
+    env = gym.make("CartPole-v1" if algo == "dqn" else "Pendulum-v1")
+    config = {"hidden_sizes": (8,), "num_steps_sampled_before_learning_starts": WARMUP}
+    if algo == "sac":
+        config.update(norm_obs=True, warmup_actions="uniform")
+    algorithm = jl.algorithms.build(algo, env.observation_space, env.action_space, config)
+    return jl.Trainer(
+        algorithm, env.spec.id, num_envs=2, seed=3, progress=False, devices=devices, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "algo, devices", [("dqn", None), ("sac", None), ("dqn", "all")], ids=["dqn", "sac", "dqn-8"]
+)
+def test_an_off_policy_trainers_first_update_is_compiled_once_on_its_thread(algo, devices):
+    with CompileCounter() as compiled:
+        trainer = small_replay_trainer(algo, devices)
+        stats = [trainer.step() for _ in range(12)]
+        trainer.close()
+    assert compiled.of("add_and_update") == [("jit(add_and_update)", "jaxlearner-compile-ahead")]
+    assert next(s["env_steps"] for s in stats if "__all__/num_grad_steps" in s) == WARMUP
+    with CompileCounter() as compiled:
+        trainer = small_replay_trainer(algo, devices, compile_ahead=False)
+        [trainer.step() for _ in range(8)]
+        trainer.close()
+    assert compiled.of("add_and_update") == [("jit(add_and_update)", "MainThread")]
+
+
+def test_the_warm_up_does_not_wait_for_the_compilation(monkeypatch):
+    release, finished = threading.Event(), threading.Event()
+    compile_first = feeds.ReplayFeed.compile_ahead
+
+    def held(self, *args):
+        release.wait(timeout=20)
+        compile_first(self, *args)
+        finished.set()
+
+    monkeypatch.setattr(feeds.ReplayFeed, "compile_ahead", held)
+    trainer = small_replay_trainer()
+    warmup = [trainer.step() for _ in range(WARMUP // 8 - 1)]
+    assert not finished.is_set()  # seven rollouts collected while the thread was held
+    assert not any("__all__/num_grad_steps" in s for s in warmup)
+    release.set()
+    first = trainer.step()  # the first update waits for the thread, then runs its program
+    assert finished.is_set() and first["__all__/num_grad_steps"] > 0
+    trainer.close()
+
+
+def test_compiling_ahead_changes_no_replay_result():
+    runs = []
+    for ahead in (True, False):
+        trainer = small_replay_trainer("sac", compile_ahead=ahead)
+        stats = [trainer.step() for _ in range(10)]
+        runs.append((trainer.state, trainer.buffer, stats))
+        trainer.close()
+    (state, buffer, stats), (other_state, other_buffer, other_stats) = runs
+    assert tree_equal(state, other_state) and tree_equal(buffer, other_buffer)
+    assert_same_stats(stats, other_stats)
+
+
+@pytest.mark.parametrize(
+    "learning_starts, updates_per_step, steps, expected",
+    [(1000, 0.5, 256, 128), (0, 1.0, 1, 1), (10, 0.25, 1, 1), (5, 0.3, 4, 1), (0, 1e-9, 1, None)],
+)
+def test_first_updates_is_the_count_of_the_first_iteration_that_updates(
+    learning_starts, updates_per_step, steps, expected
+):
+    algorithm = types.SimpleNamespace(
+        learning_starts=learning_starts, updates_per_step=updates_per_step
+    )
+    assert first_updates(algorithm, steps) == expected
+    before, carried = 0, 0.0  # the feed's rule, iteration by iteration
+    for _ in range(10_000):
+        count, carried = updates_due(algorithm, before, steps, carried)
+        if count:
+            break
+        before += steps
+    assert (count or None) == expected
 
 
 def test_compiling_ahead_changes_no_result():

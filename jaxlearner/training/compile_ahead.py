@@ -8,9 +8,11 @@ is known when the Trainer is made: the learner state's shapes (``jax.eval_shape`
 the policy traced, not run) and the batch's (the feed's postprocess lowered on them).
 :func:`compile_first_update` starts a thread that compiles the feed's postprocess and
 :meth:`~jaxlearner.Learner.compile_update` from those shapes; JAX keeps both programs, and
-the Trainer waits for the thread before its first update, so nothing compiles twice. XLA
-compiles without holding Python's lock, so on two cores it runs beside the main thread's
-own work (the model's init, the environments, the act function).
+the Trainer waits for the thread before its first update, so nothing compiles twice. An
+off-policy trainer's first update comes after ``learning_starts`` env steps: its call (the
+transitions added, then the updates due) compiles while the warm-up's rollouts are
+collected. XLA compiles without holding Python's lock, so on two cores it runs beside the
+main thread's own work (the model's init, the environments, the act function).
 
 The result is the same program the first update would have compiled: the updates, metrics
 and checkpoints do not change. A failure on the thread (a custom policy that cannot be
@@ -32,7 +34,7 @@ import jax
 
 from jaxlearner.algorithms.algorithm import Algorithm
 from jaxlearner.training.env_runner import EnvRunner
-from jaxlearner.training.feeds import Feed, OnPolicyFeed
+from jaxlearner.training.feeds import Feed
 from jaxlearner.training.rollout import experience_shapes
 
 logger = logging.getLogger(__name__)
@@ -70,8 +72,9 @@ def compile_first_update(
 
     Args:
       algorithm: the trainer's algorithm (its learner, ``explore`` and module id).
-      feed: the trainer's feed; an on-policy one compiles ahead
-        (:meth:`~jaxlearner.training.feeds.OnPolicyFeed.compile_ahead`).
+      feed: the trainer's feed (:meth:`~jaxlearner.training.feeds.Feed.compile_ahead`: an
+        on-policy feed's postprocess and update; a replay feed's add-and-update call of the
+        first iteration past ``learning_starts``, compiled while the warm-up collects).
       runner: the training runner, its environments reset (their observations give the
         rollout's shapes).
       init_key: the key the trainer initializes the learner with.
@@ -79,11 +82,10 @@ def compile_first_update(
 
     Returns:
       The running compilation, or ``None`` (no thread, nothing traced) for a learner that
-      runs eagerly (``jit=False``) or an off-policy feed, whose first update waits for
-      ``learning_starts`` and whose number of updates per call is known only then.
+      runs eagerly (``jit=False``).
     """
     learner = algorithm.learner
-    if not learner.config.jit or not isinstance(feed, OnPolicyFeed):
+    if not learner.config.jit:
         return None
     observations = runner.observations
     env_steps = rollout_steps * runner.num_envs

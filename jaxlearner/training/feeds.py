@@ -39,7 +39,7 @@ from jaxlearner.algorithms.replay.off_policy import (
     replay_init_for,
     replay_store,
 )
-from jaxlearner.algorithms.replay.update_rate import updates_due
+from jaxlearner.algorithms.replay.update_rate import first_updates, updates_due
 from jaxlearner.core.packing import FlatLayout, concatenate, split_on_host
 from jaxlearner.core.state import LearnerState, ModuleState
 
@@ -64,6 +64,20 @@ class Feed(Protocol):
         """Trains on one rollout of ``env_steps`` steps, collected with ``module`` after
         ``env_steps_before`` steps; returns the new state and the learner's metrics (or
         ``None`` when no update ran)."""
+        ...
+
+    def updates(self, env_steps_before: int, env_steps: int) -> bool:
+        """Whether :meth:`learn` on a rollout of ``env_steps`` after ``env_steps_before`` runs
+        the update (the program :meth:`compile_ahead` prepares)."""
+        ...
+
+    def compile_ahead(
+        self, state: LearnerState, module: ModuleState, experience: Experience, env_steps: int
+    ) -> None:
+        """Compiles what the first :meth:`learn` that updates will run, from the shapes of its
+        inputs (``jax.ShapeDtypeStruct``; rollouts of ``env_steps`` env steps): JAX keeps
+        the programs, so that call does not compile them
+        (:mod:`jaxlearner.training.compile_ahead` runs this on a thread)."""
         ...
 
     def save(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -137,13 +151,16 @@ class OnPolicyFeed:
         batch = self._postprocess(module, experience)
         return algorithm.learner.update(state, {algorithm.module_id: batch}, env_steps=env_steps)
 
+    def updates(self, env_steps_before: int, env_steps: int) -> bool:
+        """Always: every rollout is one update."""
+        del env_steps_before, env_steps
+        return True
+
     def compile_ahead(
         self, state: LearnerState, module: ModuleState, experience: Experience, env_steps: int
     ) -> None:
-        """Compiles what the first :meth:`learn` will (the postprocess, then the update) from
-        the shapes of its inputs (``jax.ShapeDtypeStruct``): JAX keeps the programs, so that
-        call does not compile them (:mod:`jaxlearner.training.compile_ahead` runs this on a
-        thread)."""
+        """Compiles the postprocess, then the update, from the shapes of their inputs (see
+        :meth:`Feed.compile_ahead`)."""
         lowered = self._postprocess.lower(module, experience)
         lowered.compile()
         batch = {self._algorithm.module_id: lowered.out_info}
@@ -207,6 +224,31 @@ class ReplayFeed:
     @property
     def buffer(self) -> Buffer | None:
         return self._buffer
+
+    def updates(self, env_steps_before: int, env_steps: int) -> bool:
+        """Whether updates are due after this rollout (:func:`updates_due`, nothing changed)."""
+        count, _ = updates_due(self._algorithm, env_steps_before, env_steps, self._updates_due)
+        return count > 0
+
+    def compile_ahead(
+        self, state: LearnerState, module: ModuleState, experience: Experience, env_steps: int
+    ) -> None:
+        """Compiles the add-and-update call of the first iteration with updates (its count from
+        :func:`first_updates`, rollouts of ``env_steps`` from the start) from the shapes of
+        its inputs, while the warm-up's rollouts are collected (see
+        :meth:`Feed.compile_ahead`). Nothing, for a training intensity too low to update
+        within 10,000 iterations."""
+        del module
+        algorithm = self._algorithm
+        count = first_updates(algorithm, env_steps)
+        if count is None:
+            return
+        placement = algorithm.learner.placement
+        buffer = jax.eval_shape(lambda: replay_init_for(algorithm, experience))
+        key = jax.eval_shape(lambda: jax.random.key(0))
+        counted = jax.ShapeDtypeStruct((), np.int32)
+        args = (placement.shaped(state), placement.shaped(buffer), experience, key, counted)
+        self._add_and_update.lower(*args, count=count).compile()
 
     def learn(
         self,

@@ -269,7 +269,8 @@ class Trainer:
             self._algorithm.explore, module, self._rollout_steps, sample_key
         )
         before = self.counters.env_steps
-        self._wait_for_compile_ahead()
+        if self._feed.updates(before, rollout.env_steps):
+            self._wait_for_compile_ahead()
         self._state, metrics = self._feed.learn(
             self._state, module, rollout.experience(), rollout.env_steps, before, update_key
         )

@@ -4,7 +4,8 @@
 (none before ``learning_starts`` env steps, then ``updates_per_step`` per env step
 collected, the fractions carried over); :func:`warmup_iterations` and
 :func:`updates_per_iteration` are the same rule for a fixed number of env steps per
-iteration, as static numbers (anakin's compiled loop).
+iteration, as static numbers (anakin's compiled loop); :func:`first_updates` is the count of
+the first iteration that updates, for compiling that call ahead.
 """
 
 from __future__ import annotations
@@ -35,6 +36,27 @@ def updates_due(
         return 0, carried
     due = carried + algorithm.updates_per_step * env_steps
     return int(due), due % 1.0
+
+
+def first_updates(
+    algorithm: OffPolicyAlgorithm, steps_per_iteration: int, horizon: int = 10_000
+) -> int | None:
+    """The count :func:`updates_due` gives the first iteration that updates, each iteration
+    collecting ``steps_per_iteration`` env steps from the start; ``None`` when none of the
+    first ``horizon`` iterations after the warm-up updates (a training intensity that low).
+
+    Example:
+      >>> first_updates(dqn, steps_per_iteration=256)  # doctest: +SKIP
+      128
+    """
+    before = warmup_iterations(algorithm, steps_per_iteration) * steps_per_iteration
+    carried = 0.0
+    for _ in range(horizon):
+        count, carried = updates_due(algorithm, before, steps_per_iteration, carried)
+        if count:
+            return count
+        before += steps_per_iteration
+    return None
 
 
 def warmup_iterations(algorithm: OffPolicyAlgorithm, steps_per_iteration: int) -> int:
