@@ -89,6 +89,15 @@ def test_rows_outlive_none_of_their_frames():
     np.testing.assert_array_equal(
         frame_stack.decode(store, slots["next_obs"]), experience["next_obs"]
     )
+    # Each rollout's first observations were matched against the previous rollout's last
+    # frames, read after this rollout's frames were written: none of them was overwritten.
+    assert int(store.mismatches) == 0
+
+
+def test_a_rollout_larger_than_the_capacity_is_refused():
+    store = frame_stack.frame_store_init((5, 3), jnp.uint8, STACK, num_envs=3, capacity=17)
+    with pytest.raises(ValueError, match=r"18 transitions \(6 steps x 3 environments\), more "):
+        frame_stack.encode(store, rollouts(1)[0])
 
 
 def test_observations_that_are_not_stacks_are_counted():

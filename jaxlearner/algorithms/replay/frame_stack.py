@@ -122,7 +122,8 @@ def encode(store: FrameStore, experience: Mapping[str, Any]) -> tuple[FrameStore
       it, and the losses leave it out); other columns unchanged.
 
     Raises:
-      ValueError: when the observations' shape, dtype, stack or ``N`` are not the store's.
+      ValueError: when the observations' shape, dtype, stack or ``N`` are not the store's,
+        or the rollout has more transitions than the store's capacity.
     """
     obs, next_obs = jnp.asarray(experience["obs"]), jnp.asarray(experience["next_obs"])
     _check_shapes(store, obs, next_obs)
@@ -131,7 +132,13 @@ def encode(store: FrameStore, experience: Mapping[str, Any]) -> tuple[FrameStore
     rows = jnp.arange(steps, dtype=jnp.int32)[:, None] * envs + jnp.arange(envs, dtype=jnp.int32)
     own = (store.position + 2 * rows) % size  # [T, N] the slot of each obs's newest frame
     own_next = (own + 1) % size
-    last_frames = jnp.moveaxis(store.frames[store.last], 1, -1)  # [N, *frame, S]
+    # The rollout's frames are written first and the last frames read after: the slots
+    # written never hold them (the store keeps (S - 1) N slots pairs beyond the capacity).
+    # Read first, XLA keeps the old store alive for the read by copying all of it, twice.
+    frame = obs.shape[2:-1]
+    frames = store.frames.at[own.reshape(-1)].set(obs[..., -1].reshape(-1, *frame))
+    frames = frames.at[own_next.reshape(-1)].set(next_obs[..., -1].reshape(-1, *frame))
+    last_frames = jnp.moveaxis(frames[store.last], 1, -1)  # [N, *frame, S]
 
     def step(carry: tuple, inputs: tuple) -> tuple[tuple, tuple]:
         prev_slots, prev_obs, has_prev = carry
@@ -146,8 +153,6 @@ def encode(store: FrameStore, experience: Mapping[str, Any]) -> tuple[FrameStore
     (last, _, has_last), (slots, next_slots, bad) = jax.lax.scan(
         step, carry, (obs, next_obs, own, own_next, valid)
     )
-    frames = store.frames.at[own.reshape(-1)].set(obs[..., -1].reshape(-1, *obs.shape[2:-1]))
-    frames = frames.at[own_next.reshape(-1)].set(next_obs[..., -1].reshape(-1, *obs.shape[2:-1]))
     store = FrameStore(
         frames=frames,
         position=(store.position + 2 * steps * envs) % size,
@@ -217,6 +222,13 @@ def _check_shapes(store: FrameStore, obs: jax.Array, next_obs: jax.Array) -> Non
                 f"store takes [T, {', '.join(map(str, expected))}] {store.frames.dtype} "
                 f"({envs} environments, frames {frame}, {stack} stacked on the last axis)."
             )
+    steps, capacity = obs.shape[0], store.frames.shape[0] // 2 - (stack - 1) * envs
+    if steps * envs > capacity:
+        raise ValueError(
+            f"encode: a rollout of {steps * envs} transitions ({steps} steps x {envs} "
+            f"environments), more than the store's capacity ({capacity}); make the replay "
+            "buffer hold at least one rollout."
+        )
 
 
 @struct.dataclass
