@@ -43,7 +43,7 @@ def test_frameskip_is_the_wrappers_and_an_unknown_game_is_gymnasiums_error():
 def test_the_runner_learns_from_clipped_rewards_and_life_losses_but_reports_game_scores():
     """Random play on Breakout until a game ends: the rollout's terminations include every life
     lost (5 per game), its rewards are signs, and the episode return is the raw score."""
-    runner = EnvRunner("ALE/Breakout-v5", num_envs=1, seed=0)
+    runner = EnvRunner("ALE/Breakout-v5", num_envs=1, seed=1)  # a game that scores
 
     def random_policy(params, obs, key):
         return jax.random.randint(key, obs.shape[:1], 0, 4), {}
@@ -91,6 +91,32 @@ def test_fire_is_pressed_after_each_reset_and_lost_life_in_games_that_wait_for_i
         atari.FireReset(freeway)
     for made in (env, pong, freeway):
         made.close()
+
+
+def test_fire_is_pressed_twice_so_sticky_actions_cannot_leave_a_game_waiting():
+    """ALE v5 repeats the previous action on a frame with probability 0.25: one FIRE step of
+    4 frames can miss, and a game left waiting for FIRE would run to its time limit. With one
+    press, some of these always-NOOP games (seeds where it misses under this ale-py) stand
+    still for 1,500 steps; with the default two presses every one ends."""
+
+    def lengths(presses, seeds=(8, 16, 46, 94)):
+        game = gym.make("ALE/Breakout-v5", frameskip=1)
+        env = atari.FireReset(gym.wrappers.AtariPreprocessing(game, noop_max=30), presses)
+        played = []
+        for seed in seeds:
+            env.reset(seed=seed)
+            steps, ended = 0, False
+            while not ended and steps < 1500:
+                _, _, terminated, truncated, _ = env.step(0)
+                steps, ended = steps + 1, terminated or truncated
+            played.append(steps)
+        env.close()
+        return played
+
+    assert max(lengths(presses=1)) == 1500  # the seeds do show a missed FIRE
+    assert max(lengths(presses=2)) < 400
+    with pytest.raises(ValueError, match="presses must be an int >= 1; got 0"):
+        atari.FireReset(gym.make("ALE/Breakout-v5"), presses=0)
 
 
 def test_the_signals_ignore_the_lives_of_a_new_game_and_unknown_lives():

@@ -138,22 +138,30 @@ class FireReset(gym.Wrapper):
     Breakout (and other games) start a ball or a life only on FIRE; SB3's ``AtariWrapper``
     presses it on reset (``FireResetEnv``) and, since its episodes end at each lost life,
     after every life. Here the game plays on after a lost life, so the step that loses one is
-    followed by a FIRE within the same step (its reward added; the lost life stays in the
+    followed by FIRE within the same step (its reward added; the lost life stays in the
     step's ``info["lives"]`` for :class:`AtariSignals`). The reset's FIRE reward is dropped,
     as SB3 drops it. The FIRE steps pass through the frame skip below, like any action.
+
+    FIRE is pressed for ``presses`` steps: with ALE v5's sticky actions each frame repeats
+    the previous action with probability 0.25, so one step of 4 frames misses FIRE with
+    probability 0.25^4 (0.4%), and a game that misses it waits for FIRE until its time limit
+    (27,000 steps; 3% of always-NOOP Breakout games); two steps miss it with 0.25^8.
 
     Example:
       >>> env = FireReset(make_atari("ALE/Breakout-v5", fire_reset=False))  # doctest: +SKIP
     """
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, presses: int = 2) -> None:
         if not self.applies(env):
             raise ValueError(
                 f"FireReset needs a game whose action {FIRE} is FIRE; "
                 f"{env.spec.id if env.spec else env} has {self._meanings(env)}."
             )
+        if isinstance(presses, bool) or not isinstance(presses, int) or presses < 1:
+            raise ValueError(f"FireReset: presses must be an int >= 1; got {presses!r}.")
         super().__init__(env)
         self._lives = 0
+        self._presses = presses
 
     @staticmethod
     def _meanings(env: gym.Env) -> list[str]:
@@ -167,10 +175,20 @@ class FireReset(gym.Wrapper):
         meanings = cls._meanings(env)
         return len(meanings) >= 3 and meanings[FIRE] == "FIRE"
 
+    def _fire(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """FIRE for ``presses`` steps (fewer if the game ends); their rewards summed."""
+        total = 0.0
+        for _ in range(self._presses):
+            obs, reward, terminated, truncated, info = self.env.step(FIRE)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """The game's reset, then FIRE (reset again should FIRE end it)."""
         obs, info = self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        obs, _, terminated, truncated, info = self._fire()
         if terminated or truncated:
             obs, info = self.env.reset(**kwargs)
         self._lives = info.get("lives", 0)
@@ -181,7 +199,7 @@ class FireReset(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = info.get("lives", self._lives)
         if lives < self._lives and not (terminated or truncated):
-            obs, more, terminated, truncated, fired = self.env.step(FIRE)
+            obs, more, terminated, truncated, fired = self._fire()
             reward += more
             info = {**fired, "lives": min(lives, fired.get("lives", lives))}
         self._lives = info.get("lives", lives)
