@@ -417,11 +417,77 @@ def test_config_validation_and_recipe_round_trip():
             r"prioritized_replay_alpha must be a number in \[0, 1\]",
         ),
         ({"prioritized_replay_eps": float("nan")}, "prioritized_replay_eps must be a number >= 0"),
+        ({"log_std_bound": "sigmoid"}, r"log_std_bound must be one of \('tanh', 'clip'\)"),
+        ({"log_std_range": (2, -20)}, r"log_std_range must be \(min, max\).*got \(2, -20\)"),
+        ({"log_std_range": (-5,)}, r"log_std_range must be \(min, max\)"),
     ]:
         with pytest.raises(ValueError, match=message):
             jl.algorithms.SACConfig(**bad)
+    with pytest.raises(TypeError, match="SACConfig.ortho_init must be True or False; got 1"):
+        jl.algorithms.SACConfig(ortho_init=1)
     with pytest.raises(TypeError, match="supports Box and Discrete action spaces"):
         jl.algorithms.sac(PENDULUM.observation_space, gym.spaces.MultiDiscrete([2, 3]))
+
+
+def _policy_log_std(config, scale=1.0):
+    """The actor's log-std on 64 random observations, its head's kernel times ``scale``."""
+    learner = jl.algorithms.sac(PENDULUM.observation_space, PENDULUM.action_space, config)
+    params = learner.init(jax.random.key(0)).modules["default_policy"].params
+    head = params["params"]["actor"]["head"]["mean_log_std"]
+    head = {**head, "kernel": head["kernel"] * scale}
+    actor = {**params["params"]["actor"], "head": {**params["params"]["actor"]["head"]}}
+    actor["head"]["mean_log_std"] = head
+    params = {"params": {**params["params"], "actor": actor}}
+    obs = jax.random.normal(jax.random.key(1), (64, 3))
+    model = learner.specs["default_policy"].model
+    return params, model.apply(params, obs, method="policy")[:, 1:]
+
+
+def test_log_std_is_squashed_or_clipped_into_its_range():
+    """SB3's bound clips the raw output to (-20, 2); the default squashes it smoothly into
+    (-5, 2). The head's bias starts at zero, so scaling its kernel scales the raw output."""
+    sb3 = {"log_std_range": [-20, 2], "log_std_bound": "clip"}
+    _, raw = _policy_log_std(sb3)
+    assert float(raw.min()) > -20.0 and float(raw.max()) < 2.0  # inside: clipping keeps it
+    for scale, bound in ((1e4, 2.0), (-1e4, -20.0)):
+        _, clipped = _policy_log_std(sb3, scale=scale)
+        np.testing.assert_allclose(clipped, np.clip(scale * np.asarray(raw), -20, 2), rtol=1e-4)
+        assert bound in np.asarray(clipped)  # the bound is reached
+    for scale in (1.0, 1e4, -1e4):
+        _, squashed = _policy_log_std({}, scale=scale)
+        expected = -1.5 + 3.5 * np.tanh(scale * np.asarray(raw))
+        np.testing.assert_allclose(squashed, expected, rtol=1e-4, atol=1e-5)
+    assert jl.algorithms.SACConfig(**sb3).log_std_range == (-20.0, 2.0)
+
+
+@pytest.mark.parametrize("discrete", [False, True], ids=["box", "discrete"])
+def test_ortho_init_false_gives_pytorch_default_layers_everywhere(discrete):
+    """PyTorch's nn.Linear: weights and biases in +-1/sqrt(fan_in), biases not zero; the
+    orthogonal default keeps biases at zero. Same param names either way."""
+    env = CARTPOLE if discrete else PENDULUM
+
+    def layers(ortho):
+        learner = jl.algorithms.sac(env.observation_space, env.action_space, {"ortho_init": ortho})
+        params = learner.init(jax.random.key(0)).modules["default_policy"].params["params"]
+        return {
+            path: leaf
+            for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+            if jax.tree_util.keystr(path).endswith(("['kernel']", "['bias']"))
+        }
+
+    torch_like, orthogonal = layers(False), layers(True)
+    assert torch_like.keys() == orthogonal.keys() and len(torch_like) >= 10
+    for path, leaf in torch_like.items():
+        name = jax.tree_util.keystr(path)
+        kernel = torch_like[path] if name.endswith("['kernel']") else None
+        if kernel is not None:
+            fan_in = kernel.shape[-2]
+            assert float(jnp.abs(kernel).max()) <= 1 / math.sqrt(fan_in) + 1e-6, name
+        else:
+            assert float(jnp.abs(leaf).max()) > 0, name
+    for path, leaf in orthogonal.items():
+        if jax.tree_util.keystr(path).endswith("['bias']"):
+            assert float(jnp.abs(leaf).max()) == 0.0
 
 
 def test_updates_on_replay_batches_from_an_env_runner_compile_once():

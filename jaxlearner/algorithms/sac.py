@@ -30,6 +30,12 @@ field                                         default      meaning (RLlib's name
 ``twin_q``                                    True         two critics, the smaller Q is used
 ``hidden_sizes``                              (256, 256)   actor's and each critic's layers
 ``activation``                                "relu"       ``fcnet_activation``
+``ortho_init``                                True         orthogonal init; False: PyTorch's
+                                                           default (SB3's SAC; SB3's name)
+``log_std_range``                             (-5, 2)      the actor's log-std bounds
+``log_std_bound``                             "tanh"       kept in them by "tanh" (squashed,
+                                                           CleanRL) or "clip" (SB3, sbx,
+                                                           with (-20, 2))
 ``td_error_loss_fn``                          "huber"      critics' loss: "huber" or "mse"
 ``grad_clip``                                 None         clip threshold for each optimizer
 ``grad_clip_by``                              "global..."  "value", "norm" or "global_norm"
@@ -90,6 +96,7 @@ import jax.numpy as jnp
 from jaxlearner.algorithms.algorithm import MODULE_ID, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
+    check_bool,
     check_choice,
     check_learning_rates,
     check_positive,
@@ -102,6 +109,7 @@ from jaxlearner.algorithms.networks.acting import (
     uniform_actions,
 )
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
+from jaxlearner.algorithms.networks.heads import LOG_STD_BOUNDS
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
 from jaxlearner.algorithms.replay.off_policy import (
@@ -142,6 +150,9 @@ class SACConfig:
     twin_q: bool = True
     hidden_sizes: tuple[int, ...] = (256, 256)
     activation: str = "relu"
+    ortho_init: bool = True
+    log_std_range: tuple[float, float] = (-5.0, 2.0)
+    log_std_bound: str = "tanh"
     td_error_loss_fn: str = "huber"
     grad_clip: float | None = None
     grad_clip_by: str = "global_norm"
@@ -166,6 +177,10 @@ class SACConfig:
         )
         check_positive(owner, initial_alpha=self.initial_alpha)
         check_choice(owner, "warmup_actions", self.warmup_actions, WARMUP_ACTIONS)
+        check_choice(owner, "log_std_bound", self.log_std_bound, LOG_STD_BOUNDS)
+        _check_log_std_range(owner, self.log_std_range)
+        object.__setattr__(self, "log_std_range", tuple(float(x) for x in self.log_std_range))
+        check_bool(owner, ortho_init=self.ortho_init)
         if self.target_entropy != "auto" and (
             isinstance(self.target_entropy, bool)
             or not isinstance(self.target_entropy, int | float)
@@ -176,6 +191,20 @@ class SACConfig:
                 f"{self.target_entropy!r}."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+
+
+def _check_log_std_range(owner: str, bounds: object) -> None:
+    """Raises ``ValueError`` unless ``bounds`` is two finite numbers ``(min, max)``, min < max."""
+    numbers = (
+        isinstance(bounds, tuple | list)
+        and len(bounds) == 2
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in bounds)
+    )
+    if not numbers or not all(math.isfinite(x) for x in bounds) or not bounds[0] < bounds[1]:
+        raise ValueError(
+            f"{owner}.log_std_range must be (min, max), two finite numbers with min < max; "
+            f"got {bounds!r}."
+        )
 
 
 def target_entropy_for(action_space: gymnasium.Space, target_entropy: float | str) -> float:
@@ -239,6 +268,9 @@ def make_learner(
         config.activation,
         num_critics=2 if config.twin_q else 1,
         initial_alpha=config.initial_alpha,
+        ortho_init=config.ortho_init,
+        log_std_range=config.log_std_range,
+        log_std_bound=config.log_std_bound,
     )
     distribution = model.distribution
     action_dtype = jnp.int32 if distribution.is_discrete else jnp.float32

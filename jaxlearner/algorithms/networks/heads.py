@@ -28,6 +28,9 @@ from jaxlearner.algorithms.networks.encoders import MLP, dense
 
 ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box (1-D)")
 
+LOG_STD_BOUNDS = ("tanh", "clip")
+"""How a state-dependent ``log_std`` is kept in its range (:class:`PolicyHead`)."""
+
 
 def distribution_for(action_space: gymnasium.Space, squash: bool = False) -> DistributionSpec:
     """The :class:`~jaxlearner.algorithms.networks.distributions.DistributionSpec` of a space.
@@ -96,14 +99,16 @@ class PolicyHead(nn.Module):
 
     Categorical kinds output logits. Gaussian kinds output ``[mean, log_std]``:
     ``log_std`` is a state-independent parameter ``log_std [d]`` (PPO), or
-    with ``state_dependent_std`` a second output squashed smoothly into
-    ``log_std_range`` (SAC).
+    with ``state_dependent_std`` a second output bounded to ``log_std_range``
+    (SAC): squashed smoothly by ``tanh`` (CleanRL's), or clipped (``"clip"``,
+    SB3's and sbx's).
 
     Attributes:
       distribution: the :class:`~jaxlearner.algorithms.networks.distributions.DistributionSpec`.
       state_dependent_std: Gaussian kinds only; see above.
       log_std_init: initial value of the state-independent ``log_std``.
       log_std_range: ``(min, max)`` of a state-dependent ``log_std``.
+      log_std_bound: how it is kept there: ``"tanh"`` or ``"clip"``.
       ortho_init: the output layer orthogonal with gain 0.01, or PyTorch's default.
     """
 
@@ -111,6 +116,7 @@ class PolicyHead(nn.Module):
     state_dependent_std: bool = False
     log_std_init: float = 0.0
     log_std_range: tuple[float, float] = (-5.0, 2.0)
+    log_std_bound: str = "tanh"
     ortho_init: bool = True
 
     @nn.compact
@@ -123,7 +129,10 @@ class PolicyHead(nn.Module):
         if self.state_dependent_std:
             mean, raw = jnp.split(output(2 * dim, "mean_log_std")(features), 2, axis=-1)
             low, high = self.log_std_range
-            log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
+            if self.log_std_bound == "clip":
+                log_std = jnp.clip(raw, low, high)
+            else:
+                log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
             return jnp.concatenate([mean, log_std], axis=-1)
         mean = output(dim, "mean")(features)
         log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (dim,))

@@ -39,10 +39,11 @@ from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.encoders import (
     MLP,
     ConvFilters,
+    dense,
     encoder_for,
-    orthogonal_dense,
 )
 from jaxlearner.algorithms.networks.heads import (
+    LOG_STD_BOUNDS,
     PolicyHead,
     Tower,
     ValueHead,
@@ -181,6 +182,7 @@ class QNetwork(nn.Module):
       head_hidden_sizes: hidden layers of each head (of each stream when
         dueling) before its output layer; ``()``: linear heads.
       activation: the head layers' activation.
+      ortho_init: orthogonal head layers, or PyTorch's default (:func:`dense`).
     """
 
     encoder: nn.Module
@@ -188,11 +190,15 @@ class QNetwork(nn.Module):
     dueling: bool = False
     head_hidden_sizes: Sequence[int] = ()
     activation: str = "relu"
+    ortho_init: bool = True
 
     def _head(self, features: jax.Array, size: int, name: str) -> jax.Array:
         if self.head_hidden_sizes:
-            features = MLP(self.head_hidden_sizes, self.activation, name=f"{name}_hidden")(features)
-        return orthogonal_dense(size, 1.0, name)(features)
+            hidden = MLP(
+                self.head_hidden_sizes, self.activation, self.ortho_init, name=f"{name}_hidden"
+            )
+            features = hidden(features)
+        return dense(size, 1.0, name, features.shape[-1], self.ortho_init)(features)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -263,17 +269,19 @@ class StateActionValue(nn.Module):
         vectors, so the action enters at the first layer).
       hidden_sizes: the MLP after the concatenation.
       activation: the MLP's activation.
+      ortho_init: orthogonal layers, or PyTorch's default (:func:`dense`).
     """
 
     encoder: nn.Module
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
+    ortho_init: bool = True
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([self.encoder(obs), jnp.asarray(action, jnp.float32)], axis=-1)
-        x = MLP(self.hidden_sizes, self.activation, name="mlp")(x)
-        return orthogonal_dense(1, 1.0, "q")(x)[..., 0]
+        x = MLP(self.hidden_sizes, self.activation, self.ortho_init, name="mlp")(x)
+        return dense(1, 1.0, "q", x.shape[-1], self.ortho_init)(x)[..., 0]
 
 
 class Temperature(nn.Module):
@@ -397,11 +405,14 @@ def sac_networks(
     activation: str = "relu",
     num_critics: int = 2,
     initial_alpha: float = 1.0,
+    ortho_init: bool = True,
+    log_std_range: tuple[float, float] = (-5.0, 2.0),
+    log_std_bound: str = "tanh",
 ) -> SACNetworks:
     """SAC's :class:`SACNetworks` for two gymnasium spaces.
 
     ``Box`` actions: a tanh-Gaussian actor rescaled to the bounds with a
-    state-dependent ``log_std`` in ``[-5, 2]``, and critics ``Q(s, a)`` on
+    state-dependent ``log_std`` in ``log_std_range``, and critics ``Q(s, a)`` on
     the concatenated observation and action. ``Discrete`` actions: a
     categorical actor and critics over all actions (Christodoulou 2019,
     https://arxiv.org/abs/1910.07207). Haarnoja et al. 2018,
@@ -414,6 +425,11 @@ def sac_networks(
       activation: the MLPs' activation.
       num_critics: the number of critics (2: clipped double-Q).
       initial_alpha: the initial temperature.
+      ortho_init: orthogonal layers (hidden gain ``sqrt(2)``, policy 0.01, Q 1), or
+        PyTorch's default initialisation everywhere (SB3's SAC).
+      log_std_range: ``(min, max)`` of the actor's ``log_std``.
+      log_std_bound: ``"tanh"`` squashes ``log_std`` smoothly into the range
+        (CleanRL's), ``"clip"`` clips it (SB3's and sbx's, with ``(-20, 2)``).
 
     Returns:
       The module; params ``actor``, ``critic`` and ``temperature/log_alpha``.
@@ -440,16 +456,31 @@ def sac_networks(
     if not initial_alpha > 0:
         raise ValueError(f"initial_alpha must be positive; got {initial_alpha!r}.")
     spec = distribution_for(action_space, squash=True)
-    actor = Tower(
-        encoder_for(observation_space, hidden_sizes, activation),
-        PolicyHead(spec, state_dependent_std=True),
+    low, high = log_std_range
+    if not low < high or log_std_bound not in LOG_STD_BOUNDS:
+        raise ValueError(
+            f"sac_networks: log_std_range must be (min, max) with min < max and log_std_bound "
+            f"one of {LOG_STD_BOUNDS}; got {log_std_range!r} and {log_std_bound!r}."
+        )
+    head = PolicyHead(
+        spec,
+        state_dependent_std=True,
+        log_std_range=(float(low), float(high)),
+        log_std_bound=log_std_bound,
+        ortho_init=ortho_init,
     )
+    actor = Tower(encoder_for(observation_space, hidden_sizes, activation, ortho_init), head)
     if spec.is_discrete:
         critic = stacked(QNetwork, num_critics)(
-            encoder_for(observation_space, hidden_sizes, activation), spec.sizes[0]
+            encoder_for(observation_space, hidden_sizes, activation, ortho_init),
+            spec.sizes[0],
+            ortho_init=ortho_init,
         )
     else:
         critic = stacked(StateActionValue, num_critics)(
-            encoder_for(observation_space, (), activation), tuple(hidden_sizes), activation
+            encoder_for(observation_space, (), activation, ortho_init),
+            tuple(hidden_sizes),
+            activation,
+            ortho_init,
         )
     return SACNetworks(actor, critic, Temperature(initial_alpha), spec)
