@@ -76,8 +76,15 @@ def ours_atari(algorithm: str, args: argparse.Namespace, out: pathlib.Path) -> d
         argv += ["--config", f"num_steps_sampled_before_learning_starts={args.learning_starts}"]
         argv += [f"replay_buffer_capacity={args.steps}"]
     seconds, _ = timed(argv)
-    steps = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
-    return {"wall_s": seconds, "steps": steps, "eval_return": last_evaluations(out, 1)[0]}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r for r in rows if "eval/return_mean" in r][-1]
+    return {
+        "wall_s": seconds,
+        "steps": rows[-1]["env_steps"],
+        "eval_return": evaluated["eval/return_mean"],
+        "eval_length_mean": evaluated.get("eval/length_mean"),
+        "trainer_s": rows[-1].get("time_total_s"),
+    }
 
 
 def peer_atari(algorithm: str, args: argparse.Namespace) -> dict:
