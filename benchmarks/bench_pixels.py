@@ -14,8 +14,7 @@ Three parts, each printing the markdown table for ``benchmarks/README.md`` and w
 * ``python benchmarks/bench_pixels.py minatar-peer [--repeats 3] [--steps 262144]``: PPO on
   ``gymnax:Breakout-MinAtar`` in ``jaxlearner.anakin`` (the MinAtar preset's config, no
   evaluation in the program) beside the purejaxrl-style fused reference
-  (``fused_ppo.MINATAR``: the same shapes and MinAtar's network), with ``flax.linen.Conv``
-  (what a purejaxrl user writes) and with jaxlearner's ``Conv`` (like for like). Each is
+  (``fused_ppo.MINATAR``: the same shapes and gymnax-blines' network, the preset's). Each is
   compiled apart (timed), then the calls run interleaved after one untimed warm-up each;
   env steps per second over the median call.
 * ``python benchmarks/bench_pixels.py minatar-return [--seeds 0 1 2] [--steps 5000000]``:
@@ -139,10 +138,7 @@ def bench_minatar_peer(args: argparse.Namespace) -> dict:
     )
     trains = {
         "jaxlearner anakin (MinAtar preset)": anakin.make_train(algorithm, env, anakin_config),
-        "fused reference, flax.linen.Conv": fused_ppo.make_train(reference, env),
-        "fused reference, jaxlearner Conv": fused_ppo.make_train(
-            dataclasses.replace(reference, network="minatar_cnn_jl"), env
-        ),
+        "fused reference (gymnax-blines' MLP)": fused_ppo.make_train(reference, env),
     }
     key = jax.random.key(0)
     compiled, compile_s = {}, {}

@@ -13,12 +13,14 @@ value coefficient 0.5, entropy coefficient 0.01, advantages standardized per
 minibatch.
 
 ``network`` chooses the model: purejaxrl's MLP (``"mlp"``), or for MinAtar's 10x10 grids
+gymnax-blines' separate 2 x 256 ReLU MLPs on the flattened grid (``"minatar_mlp"``), or
 MinAtar's network (Young & Tian 2019: one 3x3 convolution of 16 filters, stride 1, no
 padding, then 128 ReLU units; separate actor and critic as purejaxrl's), its convolution
 ``flax.linen.Conv`` as a purejaxrl user writes it (``"minatar_cnn"``) or jaxlearner's
 ``Conv`` (``"minatar_cnn_jl"``: the same values, a kernel gradient that XLA:CPU does not slow
-down inside loops, jax-ml/jax#12868; ``benchmarks/bench_conv.py``). :data:`MINATAR` is the
-config of ``benchmarks/bench_pixels.py``.
+down inside loops, jax-ml/jax#12868; ``benchmarks/bench_conv.py``). :data:`MINATAR` (the
+MinAtar preset's) is the config of ``benchmarks/bench_pixels.py``; :data:`MINATAR_CNN` the
+same with MinAtar's network.
 
 Two differences from purejaxrl, both for a like-for-like comparison with
 ``jaxlearner.anakin``: the environment is jaxlearner's pure-JAX ``CartPole-v1``
@@ -62,7 +64,8 @@ class FusedPPOConfig:
       ent_coef, vf_coef: loss coefficients.
       max_grad_norm: global-norm clip.
       hidden: hidden layer width (two layers each for actor and critic; the CNNs' one layer).
-      network: ``"mlp"``, ``"minatar_cnn"`` or ``"minatar_cnn_jl"`` (see the module docstring).
+      network: ``"mlp"``, ``"minatar_mlp"``, ``"minatar_cnn"`` or ``"minatar_cnn_jl"`` (see
+        the module docstring).
     """
 
     num_envs: int = 4
@@ -91,7 +94,7 @@ class FusedPPOConfig:
 
 PURE_JAX_RL = FusedPPOConfig()
 
-MINATAR = FusedPPOConfig(
+MINATAR_CNN = FusedPPOConfig(
     num_envs=64,
     num_steps=128,
     total_timesteps=1_048_576,
@@ -102,7 +105,11 @@ MINATAR = FusedPPOConfig(
     hidden=128,
     network="minatar_cnn",
 )
-"""gymnax-blines' MinAtar PPO shapes (jaxlearner's MinAtar preset) with MinAtar's network."""
+"""gymnax-blines' MinAtar PPO shapes with MinAtar's network (the MinAtar preset's before it
+took gymnax-blines' network)."""
+
+MINATAR = dataclasses.replace(MINATAR_CNN, hidden=256, network="minatar_mlp")
+"""gymnax-blines' MinAtar PPO, shapes and network (jaxlearner's MinAtar preset)."""
 
 
 class ActorCritic(nn.Module):
@@ -156,16 +163,38 @@ class MinAtarActorCritic(nn.Module):
         return logits, jnp.squeeze(value, axis=-1)
 
 
+class FlatActorCritic(nn.Module):
+    """gymnax-blines' ``Categorical-MLP`` with ``flatten_3d``: the grid flattened, then
+    separate 2-layer ReLU MLPs for the logits and the value (orthogonal init, as ours)."""
+
+    action_dim: int
+    hidden: int = 256
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = x.reshape(*x.shape[:-3], -1).astype(jnp.float32)
+
+        def tower(out: int, scale: float) -> jax.Array:
+            dense = lambda n, s: nn.Dense(n, kernel_init=nn.initializers.orthogonal(s))
+            y = nn.relu(dense(self.hidden, np.sqrt(2))(x))
+            return dense(out, scale)(nn.relu(dense(self.hidden, np.sqrt(2))(y)))
+
+        return tower(self.action_dim, 0.01), jnp.squeeze(tower(1, 1.0), axis=-1)
+
+
 def network_for(config: FusedPPOConfig, action_dim: int) -> nn.Module:
     """The config's ``network`` as a flax module."""
     if config.network == "mlp":
         return ActorCritic(action_dim, config.hidden)
+    if config.network == "minatar_mlp":
+        return FlatActorCritic(action_dim, config.hidden)
     if config.network == "minatar_cnn":
         return MinAtarActorCritic(action_dim, config.hidden)
     if config.network == "minatar_cnn_jl":
         return MinAtarActorCritic(action_dim, config.hidden, jaxlearner_conv=True)
     raise ValueError(
-        f"network must be 'mlp', 'minatar_cnn' or 'minatar_cnn_jl'; got {config.network!r}."
+        "network must be 'mlp', 'minatar_mlp', 'minatar_cnn' or 'minatar_cnn_jl'; got "
+        f"{config.network!r}."
     )
 
 

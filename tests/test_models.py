@@ -135,6 +135,30 @@ def test_conv_filters_choose_the_cnn_of_every_image_algorithm(name):
         jl.algorithms.build(name, space, actions, valid)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_empty_conv_filters_flatten_the_image_into_the_mlp(jit):
+    """``conv_filters=()`` (gymnax-blines' MinAtar network): no convolution; the encoder is an
+    MLP on the flattened pixels, integer ones scaled by 1/255 as the CNN scales them."""
+    for dtype, scale in ((np.float32, 1.0), (np.uint8, 1 / 255)):
+        space = gymnasium.spaces.Box(0, 255, (10, 10, 4), dtype)
+        encoder = encoder_for(space, (16,), "relu", conv_filters=[])
+        obs = np.random.default_rng(0).integers(0, 255, (3, 10, 10, 4)).astype(dtype)
+        params = encoder.init(jax.random.key(0), obs)
+        assert jax.tree.map(jnp.shape, params)["params"] == {
+            "mlp": {"dense_0": {"kernel": (400, 16), "bias": (16,)}}
+        }
+        mlp = MLP((16,), "relu")
+        flat = obs.reshape(3, -1).astype(np.float32) * scale
+        expected = mlp.apply({"params": params["params"]["mlp"]}, flat)
+        np.testing.assert_allclose(maybe_jit(encoder.apply, jit)(params, obs), expected, 1e-6)
+    algorithm = jl.algorithms.build(
+        "ppo", space, gymnasium.spaces.Discrete(3), {"conv_filters": [], "hidden_sizes": [8]}
+    )
+    assert algorithm.config.conv_filters == ()
+    shapes = [leaf.shape for leaf in jax.tree.leaves(algorithm.learner.init(jax.random.key(0)))]
+    assert not any(len(shape) == 4 for shape in shapes)  # no convolution kernel anywhere
+
+
 @pytest.mark.parametrize("space", UNSUPPORTED, ids=lambda s: type(s).__name__)
 def test_unsupported_spaces_are_named(space):
     with pytest.raises(TypeError, match=r"encoder_for supports observation spaces \('Box'"):

@@ -287,13 +287,18 @@ def test_ppos_adam_gets_the_configs_epsilon():
     assert optimizer.hyperparams["eps"] == 1e-5
 
 
-def test_the_minatar_rows_cover_every_minatar_game_with_minatars_network():
+def test_the_minatar_rows_cover_every_minatar_game_with_their_sources_networks():
+    """DQN: MinAtar's CNN (its dqn.py); PPO: gymnax-blines' 2x256 MLPs on the flat grid."""
     for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
         for algorithm in ("ppo", "dqn"):
             config, row = jl.algorithms.preset(algorithm, f"gymnax:{game}-MinAtar")
             assert row.env_id == ANY_MINATAR and row.origin == "published"
-            assert config.conv_filters == ((16, 3, 1),) and config.conv_padding == "valid"
-            assert config.hidden_sizes == (128,)
+        dqn, _ = jl.algorithms.preset("dqn", f"gymnax:{game}-MinAtar")
+        assert dqn.conv_filters == ((16, 3, 1),) and dqn.conv_padding == "valid"
+        assert dqn.hidden_sizes == (128,)
+        ppo, _ = jl.algorithms.preset("ppo", f"gymnax:{game}-MinAtar")
+        assert ppo.conv_filters == () and ppo.hidden_sizes == (256, 256)
+        assert ppo.activation == "relu" and ppo.vf_share_layers is False
     assert not preset_rows("ppo", "gymnax:CartPole-v1") and not preset_rows("ppo", "MinAtar")
     dqn, _ = jl.algorithms.preset("dqn", "gymnax:Breakout-MinAtar")
     assert (dqn.train_batch_size, dqn.replay_buffer_capacity, dqn.lr) == (32, 100_000, 2.5e-4)

@@ -43,6 +43,7 @@ field                             default     meaning (RLlib's name where it dif
 ``conv_padding``                  "same"      the CNN's padding for images ("valid": Nature's)
 ``conv_filters``                  None        the CNN's ``(out_channels, kernel, stride)``
                                               layers; None: the Nature DQN's
+                                              (): no CNN, pixels flattened
 ``norm_obs``, ``norm_reward``     False       observation normalization and reward scaling,
 ``clip_obs``, ``clip_reward``     10.0        as PPO's (SB3's ``VecNormalize`` names; see
 ``num_envs_per_env_runner``       1           ``trajectories.normalization``)

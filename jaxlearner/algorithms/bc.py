@@ -20,6 +20,7 @@ field                              default    meaning (RLlib's name where it dif
 ``conv_padding``                   "same"     the CNN's padding for images ("valid": Nature's)
 ``conv_filters``                   None       the CNN's ``(out_channels, kernel, stride)``
                                               layers (RLlib's name); None: the Nature DQN's
+                                              (): no CNN, pixels flattened
 =================================  =========  ==============================================
 
 ``total = -mean(log pi(a | obs))`` over the batch's rows.

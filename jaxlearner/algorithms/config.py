@@ -234,7 +234,7 @@ def check_policy_network_config(config: Any) -> None:
       ValueError: naming the field, the value received and the valid values:
         ``grad_clip_by`` in ``CLIP_MODES``, layer sizes as positive ints, known
         activations, ``conv_padding`` in ``CONV_PADDINGS``, ``conv_filters`` ``None`` or
-        ``(out_channels, kernel, stride)`` triples.
+        ``(out_channels, kernel, stride)`` triples (``()``: no convolution).
 
     Example:
       >>> check_policy_network_config(PPOConfig())  # doctest: +SKIP

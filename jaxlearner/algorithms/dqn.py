@@ -47,6 +47,7 @@ field                                         default         meaning (RLlib's n
 ``conv_filters``                              None            the CNN's ``(out_channels, kernel,
                                                               stride)`` layers (RLlib's name);
                                                               None: the Nature DQN's
+                                                              (): no CNN, pixels flattened
 ``norm_obs``, ``clip_obs``                    False, 10.0     running observation mean/std,
                                                               normalized batches sampled from
                                                               raw rows (SB3's ``VecNormalize``)

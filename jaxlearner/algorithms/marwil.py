@@ -27,6 +27,7 @@ field                                        default    meaning (RLlib's name wh
 ``conv_padding``                             "same"     the CNN's padding ("valid": Nature's)
 ``conv_filters``                             None       the CNN's ``(out_channels, kernel,
                                                         stride)`` layers; None: Nature's
+                                                        (): no CNN, pixels flattened
 ===========================================  =========  ==========================================
 
 As in RLlib, with ``A = V_target - V(obs)`` over the batch, ``c`` the moving

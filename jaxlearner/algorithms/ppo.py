@@ -41,6 +41,7 @@ field                         default         meaning (RLlib's name where it dif
                                               Nature DQN's (SB3's ``NatureCNN``)
 ``conv_filters``              None            the CNN's ``(out_channels, kernel, stride)``
                                               layers (RLlib's name); None: the Nature DQN's
+                                              (): no CNN, pixels flattened
 ``use_lstm``                  False           an LSTM (or GRU) after the MLP encoder
 ``lstm_cell_size``            256             the cell's units
 ``max_seq_len``               20              steps per training sequence

@@ -47,19 +47,23 @@ NATURE_CNN: ConvFilters = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 
 def check_conv_filters(value: Any, name: str = "conv_filters") -> ConvFilters | None:
-    """``None``, or ``value`` as a tuple of ``(out_channels, kernel_size, stride)`` triples.
+    """``None``, or ``value`` as a tuple of ``(out_channels, kernel_size, stride)`` triples;
+    an empty one (``()``) is no convolution: the image is flattened into the MLP.
 
     Raises:
-      ValueError: naming ``name`` and the value unless it is ``None`` or a non-empty
-        sequence of three positive ints each (lists from JSON are taken).
+      ValueError: naming ``name`` and the value unless it is ``None`` or a sequence of
+        three positive ints each (lists from JSON are taken).
 
     Example:
       >>> check_conv_filters([[16, 3, 1]])
       ((16, 3, 1),)
+      >>> check_conv_filters([])
+      ()
     """
     if value is None:
         return None
-    layers = value if isinstance(value, Sequence) and not isinstance(value, str | bytes) else ()
+    sequence = isinstance(value, Sequence) and not isinstance(value, str | bytes)
+    layers = value if sequence else ()
     triples = [
         tuple(layer)
         for layer in layers
@@ -67,11 +71,11 @@ def check_conv_filters(value: Any, name: str = "conv_filters") -> ConvFilters | 
         and len(layer) == 3
         and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in layer)
     ]
-    if not layers or len(triples) != len(layers):
+    if not sequence or len(triples) != len(layers):
         raise ValueError(
-            f"{name} must be None (the Nature CNN) or a non-empty sequence of "
-            f"(out_channels, kernel_size, stride) triples of positive ints, e.g. "
-            f"((16, 3, 1),); got {value!r}."
+            f"{name} must be None (the Nature CNN), () (no convolution: the image flattened "
+            f"into the MLP) or a sequence of (out_channels, kernel_size, stride) triples of "
+            f"positive ints, e.g. ((16, 3, 1),); got {value!r}."
         )
     return tuple(triples)
 
@@ -212,6 +216,18 @@ class MLP(nn.Module):
         return x
 
 
+def scaled_pixels(images: jax.Array) -> jax.Array:
+    """Images as float32: integer (e.g. uint8) ones scaled by ``1/255``, others as they are.
+
+    Example:
+      >>> scaled_pixels(jnp.full((2, 2), 255, jnp.uint8)).max()
+      Array(1., dtype=float32)
+    """
+    images = jnp.asarray(images)
+    x = images.astype(jnp.float32)
+    return x / 255.0 if jnp.issubdtype(images.dtype, jnp.integer) else x
+
+
 class CNN(nn.Module):
     """A Nature-DQN-style convolution stack: ``[..., H, W, C] -> [..., features]`` flattened.
 
@@ -260,10 +276,7 @@ class CNN(nn.Module):
 
     @nn.compact
     def __call__(self, images: jax.Array) -> jax.Array:
-        images = jnp.asarray(images)
-        x = images.astype(jnp.float32)
-        if jnp.issubdtype(images.dtype, jnp.integer):
-            x = x / 255.0
+        x = scaled_pixels(images)
         layers = zip(self.channels, self.kernel_sizes, self.strides, strict=True)
         for i, (channels, kernel, stride) in enumerate(layers):
             fan_in = x.shape[-1] * kernel * kernel
@@ -295,7 +308,8 @@ class Encoder(nn.Module):
       activation: the MLP's activation (the CNN always uses ReLU).
       ortho_init: the CNN's and the MLP's initialisation (see :func:`dense`).
       conv_padding: the CNN's padding, one of :data:`CONV_PADDINGS`.
-      conv_filters: the CNN's layers (:data:`ConvFilters`); ``None``: :data:`NATURE_CNN`.
+      conv_filters: the CNN's layers (:data:`ConvFilters`); ``None``: :data:`NATURE_CNN`;
+        ``()``: none, the image is flattened (scaled as the CNN scales it) into the MLP.
     """
 
     observation_shape: tuple[int, ...]
@@ -327,8 +341,8 @@ class Encoder(nn.Module):
 
     @property
     def filters(self) -> ConvFilters:
-        """The CNN's layers: ``conv_filters``, or :data:`NATURE_CNN`."""
-        return self.conv_filters or NATURE_CNN
+        """The CNN's layers: ``conv_filters``, or :data:`NATURE_CNN` for ``None``."""
+        return NATURE_CNN if self.conv_filters is None else self.conv_filters
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -340,7 +354,9 @@ class Encoder(nn.Module):
                 f"{obs.shape}."
             )
         batch = obs.shape[: obs.ndim - rank]
-        if self.kind == "image":
+        if self.kind == "image" and not self.filters:  # no convolution: pixels into the MLP
+            x = scaled_pixels(obs).reshape(*batch, -1)
+        elif self.kind == "image":
             channels, kernels, strides = zip(*self.filters, strict=True)
             x = CNN(
                 channels,
