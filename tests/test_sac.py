@@ -15,6 +15,7 @@ from helpers import maybe_jit, pendulum_replay_batch, tree_equal
 import jaxlearner as jl
 from jaxlearner.algorithms.networks.acting import uniform_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.networks.models import sac_networks
 from jaxlearner.algorithms.replay import prioritized_replay, replay_buffer
 from jaxlearner.algorithms.sac import sac_loss, sac_td_errors, target_entropy_for
 from jaxlearner.training.env_runner import EnvRunner
@@ -458,6 +459,8 @@ def test_log_std_is_squashed_or_clipped_into_its_range():
         expected = -1.5 + 3.5 * np.tanh(scale * np.asarray(raw))
         np.testing.assert_allclose(squashed, expected, rtol=1e-4, atol=1e-5)
     assert jl.algorithms.SACConfig(**sb3).log_std_range == (-20.0, 2.0)
+    with pytest.raises(ValueError, match=r"sac_networks.log_std_range must be \(min, max\)"):
+        sac_networks(PENDULUM.observation_space, PENDULUM.action_space, log_std_range=(2, 2))
 
 
 @pytest.mark.parametrize("discrete", [False, True], ids=["box", "discrete"])

@@ -109,7 +109,7 @@ from jaxlearner.algorithms.networks.acting import (
     uniform_actions,
 )
 from jaxlearner.algorithms.networks.distribution_spec import make_distribution
-from jaxlearner.algorithms.networks.heads import LOG_STD_BOUNDS
+from jaxlearner.algorithms.networks.heads import check_log_std
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
 from jaxlearner.algorithms.replay.off_policy import (
@@ -177,9 +177,8 @@ class SACConfig:
         )
         check_positive(owner, initial_alpha=self.initial_alpha)
         check_choice(owner, "warmup_actions", self.warmup_actions, WARMUP_ACTIONS)
-        check_choice(owner, "log_std_bound", self.log_std_bound, LOG_STD_BOUNDS)
-        _check_log_std_range(owner, self.log_std_range)
-        object.__setattr__(self, "log_std_range", tuple(float(x) for x in self.log_std_range))
+        bounds = check_log_std(owner, self.log_std_range, self.log_std_bound)
+        object.__setattr__(self, "log_std_range", bounds)
         check_bool(owner, ortho_init=self.ortho_init)
         if self.target_entropy != "auto" and (
             isinstance(self.target_entropy, bool)
@@ -191,20 +190,6 @@ class SACConfig:
                 f"{self.target_entropy!r}."
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-
-
-def _check_log_std_range(owner: str, bounds: object) -> None:
-    """Raises ``ValueError`` unless ``bounds`` is two finite numbers ``(min, max)``, min < max."""
-    numbers = (
-        isinstance(bounds, tuple | list)
-        and len(bounds) == 2
-        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in bounds)
-    )
-    if not numbers or not all(math.isfinite(x) for x in bounds) or not bounds[0] < bounds[1]:
-        raise ValueError(
-            f"{owner}.log_std_range must be (min, max), two finite numbers with min < max; "
-            f"got {bounds!r}."
-        )
 
 
 def target_entropy_for(action_space: gymnasium.Space, target_entropy: float | str) -> float:

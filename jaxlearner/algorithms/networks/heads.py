@@ -14,6 +14,7 @@ PyTorch's default with ``ortho_init=False``, see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,38 @@ ACTION_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary", "Box (1-D)")
 
 LOG_STD_BOUNDS = ("tanh", "clip")
 """How a state-dependent ``log_std`` is kept in its range (:class:`PolicyHead`)."""
+
+
+def check_log_std(owner: str, log_std_range: Any, log_std_bound: Any) -> tuple[float, float]:
+    """``log_std_range`` as ``(min, max)`` floats, checked with ``log_std_bound``.
+
+    Raises:
+      ValueError: naming ``owner``, unless ``log_std_bound`` is one of
+        :data:`LOG_STD_BOUNDS` and ``log_std_range`` two finite numbers with min < max.
+
+    Example:
+      >>> check_log_std("SACConfig", [-20, 2], "clip")
+      (-20.0, 2.0)
+    """
+    if log_std_bound not in LOG_STD_BOUNDS:
+        raise ValueError(
+            f"{owner}.log_std_bound must be one of {LOG_STD_BOUNDS}; got {log_std_bound!r}."
+        )
+    numbers = (
+        isinstance(log_std_range, tuple | list)
+        and len(log_std_range) == 2
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in log_std_range)
+    )
+    if (
+        not numbers
+        or not all(math.isfinite(x) for x in log_std_range)
+        or not log_std_range[0] < log_std_range[1]
+    ):
+        raise ValueError(
+            f"{owner}.log_std_range must be (min, max), two finite numbers with min < max; "
+            f"got {log_std_range!r}."
+        )
+    return float(log_std_range[0]), float(log_std_range[1])
 
 
 def distribution_for(action_space: gymnasium.Space, squash: bool = False) -> DistributionSpec:

@@ -43,10 +43,10 @@ from jaxlearner.algorithms.networks.encoders import (
     encoder_for,
 )
 from jaxlearner.algorithms.networks.heads import (
-    LOG_STD_BOUNDS,
     PolicyHead,
     Tower,
     ValueHead,
+    check_log_std,
     distribution_for,
     with_hidden_layers,
 )
@@ -456,16 +456,10 @@ def sac_networks(
     if not initial_alpha > 0:
         raise ValueError(f"initial_alpha must be positive; got {initial_alpha!r}.")
     spec = distribution_for(action_space, squash=True)
-    low, high = log_std_range
-    if not low < high or log_std_bound not in LOG_STD_BOUNDS:
-        raise ValueError(
-            f"sac_networks: log_std_range must be (min, max) with min < max and log_std_bound "
-            f"one of {LOG_STD_BOUNDS}; got {log_std_range!r} and {log_std_bound!r}."
-        )
     head = PolicyHead(
         spec,
         state_dependent_std=True,
-        log_std_range=(float(low), float(high)),
+        log_std_range=check_log_std("sac_networks", log_std_range, log_std_bound),
         log_std_bound=log_std_bound,
         ortho_init=ortho_init,
     )
