@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     )
     from jaxlearner.training.atari import make_atari
     from jaxlearner.training.custom_algorithm import custom_algorithm
+    from jaxlearner.training.env_runners import EnvRunnersConfig
     from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
     from jaxlearner.training.offline.datasets import (
         Dataset,
@@ -98,6 +99,7 @@ _LAZY = {
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
+    "EnvRunnersConfig": "jaxlearner.training.env_runners",
     "custom_algorithm": "jaxlearner.training.custom_algorithm",
     "MultiAgentTrainer": "jaxlearner.training.multi_agent.trainer",  # needs the pettingzoo extra
     "OfflineTrainer": "jaxlearner.training.offline.trainer",
@@ -167,6 +169,7 @@ __all__ = [
     "CheckpointManager",
     "CheckpointOptions",
     "Dataset",
+    "EnvRunnersConfig",
     "GradientStages",
     "Learner",
     "LearnerConfig",

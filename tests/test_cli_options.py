@@ -13,6 +13,7 @@ from jaxlearner.cli import (
     EvalOptions,
     PlotOptions,
     RecordOptions,
+    RunnerOptions,
     TrainOptions,
     main,
     parse,
@@ -35,6 +36,17 @@ def test_train_parses_into_typed_options():
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.max_steps = 1  # frozen: what was parsed is what runs
+
+
+def test_env_runner_options_parse_into_their_own_value():
+    runners = ["--env-runners", "2", "--cpus-per-env-runner", "0.5", "--ray-address", "auto"]
+    options = parse(["train", "appo", *runners, "--max-env-runner-restarts", "3"])
+    assert options.runners == RunnerOptions(
+        env_runners=2, cpus_per_env_runner=0.5, max_env_runner_restarts=3, ray_address="auto"
+    )
+    assert parse(["train", "ppo"]).runners == RunnerOptions()  # in this process
+    resumed = parse(["train", "--resume", "runs/a", "--env-runners", "1"])
+    assert resumed.runners.env_runners == 1  # a resumed run may collect elsewhere
 
 
 def test_stop_reward_none_means_no_reward_stop():
@@ -86,6 +98,9 @@ def test_eval_record_and_plot_parse_into_their_options():
         (lambda: RecordOptions(run=pathlib.Path("r"), episodes=1, out="d", num_envs=0), "--num"),
         (lambda: RecordOptions(run=pathlib.Path("r"), episodes=1, out="d", seed=-3), "--seed"),
         (lambda: PlotOptions(runs=()), "expected at least one run folder"),
+        (lambda: RunnerOptions(env_runners=-1), "--env-runners: expected an integer >= 0"),
+        (lambda: RunnerOptions(cpus_per_env_runner=0.0), "--cpus-per-env-runner: expected a"),
+        (lambda: RunnerOptions(max_env_runner_restarts=-1), "--max-env-runner-restarts"),
     ],
 )
 def test_an_invalid_option_value_is_a_clear_error(make, message):
@@ -116,6 +131,9 @@ def fake_run(tmp_path):
         (["--num-envs", "-4"], "argument --num-envs: expected a positive integer, got '-4'"),
         (["--checkpoint-every-steps", "0"], "argument --checkpoint-every-steps: expected a"),
         (["--devices", "0"], "--devices takes 'all' or a positive number; got '0'"),
+        (["--env-runners", "-1"], "argument --env-runners: expected an integer >= 0, got '-1'"),
+        (["--cpus-per-env-runner", "0"], "--cpus-per-env-runner: expected a number > 0, got '0'"),
+        (["--env", "gymnax:CartPole-v1", "--env-runners", "1"], "--env-runners: gymnax:Cart"),
     ],
 )
 def test_bad_numbers_are_one_line_before_the_run_folder(argv, message, tmp_path, capsys):

@@ -12,6 +12,7 @@ ALLOWED = {
     "orbax": {"checkpoint/manager.py"},
     "gymnasium": {
         "training/env_runner.py",
+        "training/ray_runners.py",
         "training/vector_env.py",
         "training/atari.py",
         "cli/run_settings.py",
@@ -21,6 +22,7 @@ ALLOWED = {
         "anakin/envs/*",
     },
     "ale_py": {"training/atari.py"},
+    "ray": {"training/ray_runners.py"},
     "cv2": {"training/atari.py"},
     "matplotlib": {"cli/plot.py", "training/outputs/plotting.py"},
     "tensorboardX": {"training/outputs/loggers.py"},

@@ -19,7 +19,7 @@ RUN_HERE = (
     "normalization",
     "custom-trainer",
 )
-RUN_ELSEWHERE = ("multi-agent",)
+RUN_ELSEWHERE = ("multi-agent", "env-runners")
 NOT_RUN = "not-run"  # a sketch with elided parts (docs/architecture.md), said so in its marker
 
 

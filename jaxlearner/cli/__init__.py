@@ -29,6 +29,11 @@ and exits with status 130 or 143. ``train`` and ``eval`` keep JAX's compiled
 programs in a persistent cache (``~/.cache/jaxlearner/jax``, or JAX's own
 ``JAX_COMPILATION_CACHE_DIR`` when set; ``--compilation-cache DIR``, or off with
 ``--no-compilation-cache`` or ``JAXLEARNER_NO_COMPILATION_CACHE=1``).
+
+``train --env-runners N`` steps the environments on ``N`` Ray actors of ``--num-envs``
+each (the ``jaxlearner[ray]`` extra; ``--cpus-per-env-runner``,
+``--max-env-runner-restarts``, ``--ray-address`` or ``RAY_ADDRESS`` to join a cluster);
+APPO's runners sample asynchronously. With ``--resume`` they start fresh environments.
 """
 
 from jaxlearner.cli.defaults import DEFAULTS, Defaults
@@ -40,6 +45,7 @@ from jaxlearner.cli.options import (
     PlotOptions,
     PresetsOptions,
     RecordOptions,
+    RunnerOptions,
     TrainOptions,
 )
 from jaxlearner.cli.parser import NO_CACHE_VARIABLE, parse
@@ -58,6 +64,7 @@ __all__ = [
     "PlotOptions",
     "PresetsOptions",
     "RecordOptions",
+    "RunnerOptions",
     "TrainOptions",
     "UsageError",
     "main",

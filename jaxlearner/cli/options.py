@@ -88,6 +88,40 @@ class CacheOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunnerOptions:
+    """Where ``train`` collects its rollouts: in its own process, or on Ray env runners.
+
+    Attributes:
+      env_runners: ``--env-runners N``: Ray actors stepping the environments (``0``: this
+        process, the default).
+      cpus_per_env_runner: ``--cpus-per-env-runner``: CPUs Ray reserves for each.
+      max_env_runner_restarts: ``--max-env-runner-restarts``: failed runners replaced before
+        the run stops with an error.
+      ray_address: ``--ray-address``: a Ray cluster to join (default ``$RAY_ADDRESS``, else a
+        local instance).
+
+    Raises:
+      ValueError: for a count below 0 or CPUs not above 0.
+    """
+
+    env_runners: int = 0
+    cpus_per_env_runner: float = 1.0
+    max_env_runner_restarts: int = 100
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        for option, value in (
+            ("--env-runners", self.env_runners),
+            ("--max-env-runner-restarts", self.max_env_runner_restarts),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{option}: expected an integer >= 0, got {value!r}")
+        cpus = self.cpus_per_env_runner
+        if not (isinstance(cpus, int | float) and math.isfinite(cpus) and cpus > 0):
+            raise ValueError(f"--cpus-per-env-runner: expected a number > 0, got {cpus!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainOptions:
     """``jaxlearner train``: a new run of ``algorithm``, or ``--resume`` of a stopped one.
 
@@ -119,6 +153,8 @@ class TrainOptions:
         says online or offline).
       cache: the compilation cache.
       preset: which preset row to start from, one of :data:`PRESET_CHOICES`.
+      runners: where rollouts are collected (``--env-runners``; with ``--resume`` too: the
+        runners start fresh environments).
 
     Raises:
       ValueError: for a count below 1, a seed out of range, a stop reward that is
@@ -146,6 +182,7 @@ class TrainOptions:
     wandb: bool = False
     cache: CacheOptions = CacheOptions()
     preset: str = "auto"
+    runners: RunnerOptions = RunnerOptions()
 
     def __post_init__(self) -> None:
         if self.preset not in PRESET_CHOICES:

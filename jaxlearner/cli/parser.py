@@ -18,16 +18,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import pathlib
 from collections.abc import Sequence
 from typing import NoReturn
 
 from jaxlearner.algorithms.builtin import algorithm_names, algorithm_recipe
+from jaxlearner.cli.argument_types import (
+    count,
+    positive_float,
+    positive_int,
+    seed,
+    stop_reward,
+)
 from jaxlearner.cli.defaults import DEFAULTS
 from jaxlearner.cli.options import (
-    MAX_SEED,
     PRESET_CHOICES,
     CacheOptions,
     EvalOptions,
@@ -35,6 +40,7 @@ from jaxlearner.cli.options import (
     PlotOptions,
     PresetsOptions,
     RecordOptions,
+    RunnerOptions,
     TrainOptions,
     parse_devices,
 )
@@ -126,32 +132,59 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
         help="when --out holds a run, leave it untouched and write OUT-2 (OUT-3, ...) instead",
     )
     command.add_argument("--devices", help="'all' or a number of devices to train on")
-    command.add_argument("--num-envs", type=_positive_int, help="sub-environments per step")
-    command.add_argument("--eval-every", type=_positive_int, help="env steps between evaluations")
+    command.add_argument("--num-envs", type=positive_int, help="sub-environments per step")
+    command.add_argument("--eval-every", type=positive_int, help="env steps between evaluations")
     command.add_argument(
         "--checkpoint-every-steps",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="save every N env steps (default: --eval-every); also at each new best "
         "evaluation, at the end and on Ctrl-C",
     )
-    command.add_argument("--checkpoint-every", type=_positive_int, help=argparse.SUPPRESS)
-    command.add_argument("--seed", type=_seed, help="seed (default 0)")
+    command.add_argument("--checkpoint-every", type=positive_int, help=argparse.SUPPRESS)
+    command.add_argument("--seed", type=seed, help="seed (default 0)")
     _add_output_options(command)
+    _add_runner_options(command)
     return command
+
+
+def _add_runner_options(command: argparse.ArgumentParser) -> None:
+    """``train``'s Ray env runners (RLlib's ``num_env_runners``; the jaxlearner[ray] extra)."""
+    command.add_argument(
+        "--env-runners",
+        type=count,
+        default=0,
+        metavar="N",
+        help="step the environments on N Ray actors, --num-envs each (default 0: in this "
+        "process; needs jaxlearner[ray]); APPO's runners sample asynchronously",
+    )
+    command.add_argument(
+        "--cpus-per-env-runner", type=positive_float, default=1.0, help="CPUs per env runner"
+    )
+    command.add_argument(
+        "--max-env-runner-restarts",
+        type=count,
+        default=100,
+        metavar="N",
+        help="failed env runners replaced before the run stops with an error (default 100)",
+    )
+    command.add_argument(
+        "--ray-address",
+        help="the Ray cluster the env runners join (default: $RAY_ADDRESS, else a local one)",
+    )
 
 
 def _add_stop_options(command: argparse.ArgumentParser) -> None:
     """``train``'s stop rule: the stop reward and the env-step budget."""
     command.add_argument(
         "--stop-reward",
-        type=_stop_reward,
+        type=stop_reward,
         help="stop once two evaluations in a row reach this mean return (each the mean of "
         "the evaluation episodes); 'none': no reward stop, train the whole --max-steps",
     )
     command.add_argument(
         "--max-steps",
-        type=_positive_int,
+        type=positive_int,
         help="stop once this many env steps are collected; iterations are whole, so a run "
         "ends at the first multiple of its iteration's env steps at or past it (the run "
         "prints that count when it starts)",
@@ -178,13 +211,13 @@ def _add_eval(commands: _Commands) -> argparse.ArgumentParser:
     """``jaxlearner eval RUN``: which checkpoint, how many episodes, a window or a video."""
     command = commands.add_parser("eval", help="evaluate a run's checkpoint")
     command.add_argument("run", help="the run folder written by 'jaxlearner train'")
-    command.add_argument("--episodes", type=_positive_int, default=10)
+    command.add_argument("--episodes", type=positive_int, default=10)
     which = command.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true", help="the best checkpoint, not the latest")
     which.add_argument(
         "--step", type=int, help="a specific checkpoint step (default: the newest intact one)"
     )
-    command.add_argument("--seed", type=_seed, default=0)
+    command.add_argument("--seed", type=seed, default=0)
     command.add_argument(
         "--render",
         choices=("rgb_array", "human"),
@@ -203,7 +236,7 @@ def _add_record(commands: _Commands) -> argparse.ArgumentParser:
     """``jaxlearner record RUN``: episodes of the run's policy into a dataset folder."""
     command = commands.add_parser("record", help="record episodes of a run's policy as a dataset")
     command.add_argument("run", help="the run folder written by 'jaxlearner train'")
-    command.add_argument("--episodes", type=_positive_int, required=True, help="episodes to record")
+    command.add_argument("--episodes", type=positive_int, required=True, help="episodes to record")
     command.add_argument("--out", required=True, help="the dataset folder (never overwritten)")
     command.add_argument(
         "--explore", action="store_true", help="act with the sampling policy, not the greedy one"
@@ -213,8 +246,8 @@ def _add_record(commands: _Commands) -> argparse.ArgumentParser:
     which.add_argument(
         "--step", type=int, help="a specific checkpoint step (default: the newest intact one)"
     )
-    command.add_argument("--num-envs", type=_positive_int, default=8, help="envs stepped together")
-    command.add_argument("--seed", type=_seed, default=0)
+    command.add_argument("--num-envs", type=positive_int, default=8, help="envs stepped together")
+    command.add_argument("--seed", type=seed, default=0)
     return command
 
 
@@ -322,45 +355,6 @@ def _value(value: object) -> str:
         return repr(value)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def _stop_reward(text: str) -> float | str:
-    if text == "none":
-        return text
-    try:
-        return _finite_float(text)
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"{error} (or 'none': no reward stop)") from None
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**63-1, got {text!r}")
-    return value
-
-
 def default_cache() -> pathlib.Path:
     """$JAX_COMPILATION_CACHE_DIR (JAX's own variable) when set, else ~/.cache/jaxlearner/jax."""
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
@@ -436,6 +430,12 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
         wandb=args.wandb,
         cache=_cache_options(args),
         preset=args.preset,
+        runners=RunnerOptions(
+            env_runners=args.env_runners,
+            cpus_per_env_runner=args.cpus_per_env_runner,
+            max_env_runner_restarts=args.max_env_runner_restarts,
+            ray_address=args.ray_address,
+        ),
     )
 
 

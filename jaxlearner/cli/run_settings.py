@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import pathlib
 from typing import Any, TypeGuard, cast
@@ -26,7 +27,7 @@ from jaxlearner.anakin.envs.gymnax import check_gymnax_id, is_gymnax
 from jaxlearner.anakin.train import AnakinConfig, make_anakin
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.cli.defaults import DEFAULTS
-from jaxlearner.cli.options import Devices, TrainOptions, parse_devices
+from jaxlearner.cli.options import Devices, RunnerOptions, TrainOptions, parse_devices
 from jaxlearner.cli.run_folder import (
     CHECKPOINTS,
     RUN_FILE,
@@ -424,6 +425,27 @@ def check_wandb(wandb: bool) -> None:
             require_wandb()
         except ImportError:
             raise UsageError("--wandb needs wandb: pip install 'jaxlearner[wandb]'") from None
+
+
+def check_env_runners(
+    runners: RunnerOptions, settings: RunSettings, algorithm: AnyAlgorithm
+) -> None:
+    """``--env-runners`` where they cannot run, or without Ray, is one line, before a run
+    folder is made."""
+    if runners.env_runners == 0:
+        return
+    if is_offline(algorithm):
+        raise UsageError(
+            f"--env-runners: {settings.algorithm} trains on a recorded dataset; env runners "
+            "collect experience for the algorithms that act"
+        )
+    if is_gymnax(settings.env):
+        raise UsageError(
+            f"--env-runners: {settings.env} steps inside the compiled update on the learner's "
+            "devices (Anakin); env runners step gymnasium environments"
+        )
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("--env-runners needs Ray: pip install 'jaxlearner[ray]'")
 
 
 def check_tensorboard(tensorboard: bool) -> None:

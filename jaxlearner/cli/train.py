@@ -50,6 +50,7 @@ from jaxlearner.cli.run_folder import (
 from jaxlearner.cli.run_settings import (
     RunSettings,
     build,
+    check_env_runners,
     check_resume_options,
     check_tensorboard,
     check_wandb,
@@ -61,6 +62,7 @@ from jaxlearner.cli.summary import budget_line, done_text
 from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.folder_lock import FolderLock
+from jaxlearner.training.env_runners import EnvRunnersConfig
 from jaxlearner.training.offline.trainer import OfflineTrainer
 from jaxlearner.training.outputs.loggers import (
     ConsoleWriter,
@@ -132,6 +134,7 @@ def train(options: TrainOptions) -> int:
     algorithm = build(settings)
     check_tensorboard(options.tensorboard)
     check_wandb(options.wandb)
+    check_env_runners(options.runners, settings, algorithm)
     out = options.out or pathlib.Path(default_run_name(settings.algorithm, settings.env))
     check_folder_path("--out", out)
     # Never into a folder that holds a run; the default name is always a fresh one.
@@ -160,6 +163,7 @@ def _resume(options: TrainOptions, run: pathlib.Path) -> int:
         algorithm = build(settings)
         check_tensorboard(options.tensorboard)
         check_wandb(options.wandb)
+        check_env_runners(options.runners, settings, algorithm)
         out = run
         if chosen.newer:
             out, lock = sibling_run_folder(run, "--resume")
@@ -322,6 +326,7 @@ def _trainer(
             writers=writers,
             progress=progress,
         )
+    runners = options.runners
     return Trainer(
         algorithm,
         settings.env,
@@ -329,6 +334,12 @@ def _trainer(
         seed=settings.seed,
         writers=writers,
         progress=progress,
+        num_env_runners=runners.env_runners,
+        env_runners=EnvRunnersConfig(
+            cpus_per_env_runner=runners.cpus_per_env_runner,
+            max_env_runner_restarts=runners.max_env_runner_restarts,
+            ray_address=runners.ray_address,
+        ),
     )
 
 

@@ -33,9 +33,9 @@ from collections.abc import Callable
 import jax
 
 from jaxlearner.algorithms.algorithm import Algorithm
-from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.feeds import Feed
 from jaxlearner.training.rollout import experience_shapes
+from jaxlearner.training.training_runner import TrainingRunner
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,11 @@ class CompileAhead:
 
 
 def compile_first_update(
-    algorithm: Algorithm, feed: Feed, runner: EnvRunner, init_key: jax.Array, rollout_steps: int
+    algorithm: Algorithm,
+    feed: Feed,
+    runner: TrainingRunner,
+    init_key: jax.Array,
+    rollout_steps: int,
 ) -> CompileAhead | None:
     """Starts compiling, on a thread, what the Trainer's first ``feed.learn`` will run.
 

@@ -19,13 +19,11 @@ episode statistics into one flat dict, which is returned, kept in
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, final
 
 import jax
-import numpy as np
 
 from jaxlearner.algorithms import (
     Algorithm,
@@ -42,53 +40,30 @@ from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.training import run_book
 from jaxlearner.training.compile_ahead import compile_first_update
 from jaxlearner.training.compile_clock import Stopwatch
-from jaxlearner.training.env_runner import EnvLike, EnvRunner, Rollout
+from jaxlearner.training.env_runner import EnvLike, EnvRunner
+from jaxlearner.training.env_runners import EnvRunnersConfig
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.memory_stats import memory_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.outputs.run_config import describe_env, run_config
 from jaxlearner.training.stop_conditions import StopCondition
-
-EnvConfig = Mapping[str, Any] | Callable[["TrainerCounters"], Mapping[str, Any]]
-"""An env config: keyword arguments for ``gymnasium.make`` or the factory, or a schedule of
-them, ``config(trainer.counters)`` (scheduled domain randomization)."""
+from jaxlearner.training.trainer_counters import (
+    EnvConfig,
+    TrainerCounters,
+    check_env_config,
+    episode_stats,
+    resolve_env_config,
+)
+from jaxlearner.training.training_runner import (
+    TrainingRunner,
+    make_training_runner,
+    restore_runner,
+    runner_metrics,
+)
 
 EVAL_RUNNERS_KEPT = 4
 """Evaluation env runners kept for reuse, one per (config, episodes); the oldest is closed
 when a new config (an ``eval_env_config`` schedule's) needs another."""
-
-RECENT_EPISODES = 100
-"""Episodes in the moving window of ``episode_return_mean`` (RLlib's default)."""
-
-
-@dataclasses.dataclass
-class TrainerCounters:
-    """The trainer's progress, saved with checkpoints (JSON).
-
-    Attributes:
-      iteration: training iterations done.
-      env_steps: env steps collected over the run's lifetime.
-      episodes: episodes completed.
-      time_total_s: seconds spent in ``step`` and ``eval``.
-      recent_returns: returns of the last episodes (window of 100).
-      recent_lengths: their lengths.
-    """
-
-    iteration: int = 0
-    env_steps: int = 0
-    episodes: int = 0
-    time_total_s: float = 0.0
-    recent_returns: list[float] = dataclasses.field(default_factory=list)
-    recent_lengths: list[int] = dataclasses.field(default_factory=list)
-
-    def count(self, rollout: Rollout, seconds: float) -> None:
-        """Counts one iteration's rollout, which took ``seconds`` with its update."""
-        self.iteration += 1
-        self.env_steps += rollout.env_steps
-        self.episodes += len(rollout.episode_returns)
-        self.recent_returns = (self.recent_returns + rollout.episode_returns)[-RECENT_EPISODES:]
-        self.recent_lengths = (self.recent_lengths + rollout.episode_lengths)[-RECENT_EPISODES:]
-        self.time_total_s += seconds
 
 
 @final
@@ -116,10 +91,16 @@ class Trainer:
       compile_ahead: compile the first update on a thread while the learner initializes
         and the first rollout is collected (:mod:`jaxlearner.training.compile_ahead`);
         the same program, found sooner. ``False`` compiles it when it first runs.
+      num_env_runners: ``0`` steps the environments in this process; ``N > 0`` starts
+        ``N`` Ray actors of ``num_envs`` environments each
+        (:mod:`jaxlearner.training.env_runners`; the ``jaxlearner[ray]`` extra).
+      env_runners: how the Ray runners run (:class:`~jaxlearner.EnvRunnersConfig`: CPUs,
+        restarts, the cluster, synchronous or not).
 
     Raises:
       ValueError: when the environment's spaces differ from those the learner
         was built for, or options are invalid.
+      ImportError: for ``num_env_runners > 0`` without Ray (naming the extra).
 
     Example:
       >>> import gymnasium as gym, jaxlearner as jl
@@ -144,6 +125,8 @@ class Trainer:
         progress: bool | None = None,
         state: LearnerState | None = None,
         compile_ahead: bool = True,
+        num_env_runners: int = 0,
+        env_runners: EnvRunnersConfig | None = None,
     ) -> None:
         offline = isinstance(learner, OfflineAlgorithm)
         algorithm = learner if isinstance(learner, Algorithm) or offline else algorithm_for(learner)
@@ -159,11 +142,13 @@ class Trainer:
         self._env, self._env_config = env, dict(env_config or {})
         self._vectorization = vectorization
         self._schedules: tuple[EnvConfig | None, EnvConfig | None] = (None, None)
-        runner = self._runner = EnvRunner(
-            env, num_envs=num_envs, vectorization=vectorization, env_config=env_config, seed=seed
-        )
-        check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
-        self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
+        self._remote = (num_env_runners, env_runners)
+        runner = self._runner = self._make_runner(num_envs, self._env_config, seed)
+        try:
+            self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
+        except ValueError:
+            runner.close()  # Ray runners' processes end with the error
+            raise
         self._feed = make_feed(algorithm)
         init_key, self._key = jax.random.split(jax.random.key(seed))
         self._ahead = (
@@ -184,10 +169,11 @@ class Trainer:
         config = run_config(
             self.learner,
             env=describe_env(env),
-            num_envs=runner.num_envs,
+            num_envs=num_envs if num_env_runners else runner.num_envs,
             seed=seed,
             eval_episodes=eval_episodes,
             vectorization=vectorization,
+            **({"num_env_runners": num_env_runners} if num_env_runners else {}),
         )
         self._book = run_book.RunBook(
             TrainerCounters(), owner="Trainer", writers=writers, progress=progress, config=config
@@ -204,9 +190,31 @@ class Trainer:
         return self._feed.buffer
 
     @property
-    def runner(self) -> EnvRunner:
-        """The training env runner."""
+    def runner(self) -> TrainingRunner:
+        """The training env runner (an :class:`~jaxlearner.training.env_runner.EnvRunner`,
+        or the Ray runners of ``num_env_runners > 0``)."""
         return self._runner
+
+    def _make_runner(self, num_envs: int, env_config: dict[str, Any], seed: int) -> Any:
+        """The training runner (local or Ray's), its spaces checked against the learner's."""
+        count, options = self._remote
+        runner = make_training_runner(
+            self._algorithm,
+            self._env,
+            num_envs=num_envs,
+            num_env_runners=count,
+            options=options,
+            vectorization=self._vectorization,
+            env_config=env_config,
+            seed=seed,
+        )
+        self._envs_per_runner = num_envs
+        try:
+            check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
+        except ValueError:
+            runner.close()
+            raise
+        return runner
 
     counters = run_book.book_attribute(
         "counters",
@@ -284,9 +292,10 @@ class Trainer:
         }
         stats = {
             **run_book.iteration_stats(counters, rollout.env_steps, elapsed, episodes, compiling),
-            **_episode_stats(counters),
+            **episode_stats(counters),
             **learner_metrics,
             **memory_stats(self._feed.buffer),
+            **runner_metrics(self._runner),
         }
         self._book.record(stats)
         return stats
@@ -298,18 +307,9 @@ class Trainer:
         config = dict(resolve_env_config(env_config, self.counters))
         if config == self._env_config:
             return
-        runner = EnvRunner(
-            self._env,
-            num_envs=self._runner.num_envs,
-            vectorization=self._vectorization,
-            env_config=config,
-            seed=self._seed + 20_000 + self.counters.iteration,
+        runner = self._make_runner(
+            self._envs_per_runner, config, self._seed + 20_000 + self.counters.iteration
         )
-        try:
-            check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
-        except ValueError:
-            runner.close()
-            raise
         runner.share_compiled(self._runner)
         self._runner.close()
         self._runner, self._env_config = runner, config
@@ -431,7 +431,7 @@ class Trainer:
         """
         restored = self._book.restore(checkpoint, self.learner, step)
         self._state = restored.state
-        self._runner.set_state(restored.extra["runner"])
+        restore_runner(self._runner, restored.extra["runner"])
         self._key = jax.random.wrap_key_data(jax.numpy.asarray(restored.arrays["key"]))
         self._feed.restore(restored.extra, restored.arrays)
         self._behaviour_params.clear()
@@ -464,35 +464,3 @@ def _split_in_three(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     split and the three slices are four)."""
     first, second, third = jax.random.split(key, 3)
     return first, second, third
-
-
-def _episode_stats(counters: TrainerCounters) -> dict[str, float]:
-    if not counters.recent_returns:
-        return {}
-    returns = np.asarray(counters.recent_returns)
-    return {
-        "episode_return_mean": float(returns.mean()),
-        "episode_return_min": float(returns.min()),
-        "episode_return_max": float(returns.max()),
-        "episode_len_mean": float(np.mean(counters.recent_lengths)),
-    }
-
-
-def check_env_config(name: str, value: object) -> None:
-    """Raises ``TypeError`` unless ``value`` is ``None``, a mapping or a callable."""
-    if value is not None and not isinstance(value, Mapping) and not callable(value):
-        raise TypeError(
-            f"{name} must be a mapping of env keyword arguments or a schedule "
-            f"config(counters) -> mapping; got {type(value).__name__}."
-        )
-
-
-def resolve_env_config(config: EnvConfig, counters: TrainerCounters) -> Mapping[str, Any]:
-    """``config`` itself, or a schedule's value for ``counters`` (which must be a mapping)."""
-    value = config(counters) if callable(config) else config
-    if not isinstance(value, Mapping):
-        raise TypeError(
-            f"An env_config schedule must return a mapping of env keyword arguments; got "
-            f"{type(value).__name__} at iteration {counters.iteration}."
-        )
-    return value
