@@ -10,10 +10,11 @@ APPO with asynchronous ones (the runners keep sampling while the learner updates
 configuration trains the same batch size (1,024 env steps per update) with ``--num-envs 4``
 environments per runner (the local runner, ``0``, steps 4 environments in this process).
 
-For each row: env steps/s over the timed iterations (after two warm-up iterations that
-compile), and the learner's idle fraction: the share of the iteration's time it waited for
-rollouts (``env_runners/wait_s``; for the local runner, the time it spent stepping the
-environments itself). The goal (issue 26): at least 1.8x from 1 to 2 runners on the 5 ms
+For each row: env steps/s over the timed iterations (after ``2 + runners`` warm-up
+iterations: compilation, and asynchronous runners out of step; ``--iterations`` timed ones, 5x
+that on CartPole, at least 6 per runner asynchronously), and the learner's idle fraction:
+the share of the timed seconds it spent waiting for rollouts (for the local runner: stepping
+the environments itself). The goal (issue 26): at least 1.8x from 1 to 2 runners on the 5 ms
 environment. Writes ``benchmarks/results/bench_runners.json`` with the load average.
 """
 
@@ -88,7 +89,10 @@ def measure(algorithm: str, config: dict, env, runners: int, iterations: int) ->
 
     trainer.runner.sample = timed_sample
     try:
-        for _ in range(2):  # compiles: the act functions (here and in each runner), the update
+        # The warm-up compiles (the act functions here and in each runner, the update) and,
+        # for asynchronous runners, lets their fragments fall out of step with each other:
+        # they all start together, so the first ones arrive at once.
+        for _ in range(2 + runners):
             trainer.step()
         del waits[:]
         rows, start = [], time.perf_counter()
@@ -122,7 +126,13 @@ def main() -> None:
         for name in args.algorithms:
             algorithm, config = ALGORITHMS[name]
             for runners in args.runners:
-                row = measure(algorithm, config, ENVIRONMENTS[env_name], runners, args.iterations)
+                # A fast environment's iteration is short: more of them. An asynchronous
+                # run has a fragment in flight on every runner at both ends of the timing:
+                # enough fragments that those ends weigh little.
+                iterations = args.iterations * (5 if env_name == "CartPole-v1" else 1)
+                if "async" in name:
+                    iterations = max(iterations, 6 * runners)
+                row = measure(algorithm, config, ENVIRONMENTS[env_name], runners, iterations)
                 row.update(env=env_name, algorithm=name, runners=runners, load=os.getloadavg())
                 report["rows"].append(row)
                 print(json.dumps(row), flush=True)

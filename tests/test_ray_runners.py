@@ -224,6 +224,23 @@ def test_a_killed_runner_is_replaced_and_training_goes_on(local_ray, tmp_path):
         resumed.close()
 
 
+def test_an_env_config_change_rebuilds_the_runners(local_ray):
+    trainer = jl.Trainer(ppo(), "CartPole-v1", num_envs=2, seed=0, progress=False,
+                         num_env_runners=1, env_runners=HALF_A_CORE)  # fmt: skip
+    try:
+        trainer.step()
+        before = trainer.runner.actor_pids()
+        stats = trainer.step(env_config={"max_episode_steps": 5})
+        assert trainer.runner.actor_pids() != before
+        lengths = trainer.counters.recent_lengths[-int(stats["num_episodes"]) :]
+        assert stats["num_episodes"] >= 20 and max(lengths) <= 5
+        with pytest.raises(Exception, match="no_such_option"):
+            trainer.step(env_config={"no_such_option": 1})  # CartPole's own error, by Ray
+        assert trainer.step(env_config={"max_episode_steps": 5})["env_steps"] == 3 * 128
+    finally:
+        trainer.close()
+
+
 class FailsOnce(gym.Wrapper):
     """CartPole whose first runner's environment raises at its 20th step; a replacement
     (seeded ``RESTART_SEED_STRIDE`` further) does not."""

@@ -210,15 +210,19 @@ class RunnerPool:
             runtime_env={"env_vars": dict(ACTOR_ENV_VARS)},
         )
         self._env_ref, self._policy_ref = ray.put(env), ray.put(policy)
-        self._restarts_of = [0] * spec.count
         self.restarts = 0
         self._actors: list[Any] = []
         try:
-            self._actors = [self._start(index) for index in range(spec.count)]
-            described = ray.get([actor.describe.remote() for actor in self._actors])
+            self._launch()
         except BaseException:
             self.close()
             raise
+
+    def _launch(self) -> None:
+        """Starts every runner afresh and reads the spaces and first observations."""
+        self._restarts_of = [0] * self.spec.count
+        self._actors = [self._start(index) for index in range(self.spec.count)]
+        described = ray.get([actor.describe.remote() for actor in self._actors])
         self.observation_space, self.action_space = described[0][:2]
         self.observations = [obs for _, _, obs in described]
 
@@ -267,15 +271,25 @@ class RunnerPool:
         """The runners' process ids, by index."""
         return ray.get([actor.pid.remote() for actor in self._actors])
 
-    def close(self) -> None:
+    def rebuild(self, env_config: Mapping[str, Any], seed: int) -> None:
+        """Replaces every runner by one with ``env_config`` and ``seed`` (the old ones are
+        stopped first: the new ones take their CPUs)."""
+        self._stop_actors()
+        self.spec = dataclasses.replace(self.spec, env_config=dict(env_config), seed=seed)
+        self._launch()
+
+    def _stop_actors(self) -> None:
         """Closes the runners' environments (a few seconds at most: ``"async"`` ones have
-        processes of their own), kills the actors, and shuts Ray down if this pool's run
-        started it."""
+        processes of their own) and kills the actors."""
         closing = [actor.close.remote() for actor in self._actors]
         ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S)
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
         self._actors = []
+
+    def close(self) -> None:
+        """Stops the runners, and shuts Ray down if this pool's run started it."""
+        self._stop_actors()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
             self._owns_ray = False
@@ -299,6 +313,11 @@ class _RemoteRunners:
     @property
     def action_space(self) -> gym.Space:
         return self.pool.action_space
+
+    def rebuild(self, env_config: Mapping[str, Any], seed: int) -> None:
+        """New environments with ``env_config`` in fresh runners seeded from ``seed`` (an env
+        config schedule's change); what was in flight is dropped."""
+        self.pool.rebuild(env_config, seed)
 
     def share_compiled(self, other: Any) -> None:
         """Nothing to share (each actor compiles its own act function), but the shutdown of
@@ -387,6 +406,10 @@ class AsyncRayRunners(_RemoteRunners):
     @property
     def num_envs(self) -> int:
         return self.pool.spec.num_envs
+
+    def rebuild(self, env_config: Mapping[str, Any], seed: int) -> None:
+        self._pending.clear()
+        super().rebuild(env_config, seed)
 
     @property
     def observations(self) -> np.ndarray:

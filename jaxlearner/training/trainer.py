@@ -307,12 +307,23 @@ class Trainer:
         config = dict(resolve_env_config(env_config, self.counters))
         if config == self._env_config:
             return
-        runner = self._make_runner(
-            self._envs_per_runner, config, self._seed + 20_000 + self.counters.iteration
-        )
+        seed = self._seed + 20_000 + self.counters.iteration
+        if not isinstance(self._runner, EnvRunner):  # Ray runners: new actors, same pool
+            try:
+                self._runner.rebuild(config, seed)  # type: ignore[attr-defined]
+                check_recipe_spaces(self.learner.recipe, *self._runner_spaces())
+            except Exception:  # the envs' own error, or other spaces: the old envs again
+                self._runner.rebuild(self._env_config, seed)  # type: ignore[attr-defined]
+                raise
+            self._env_config = config
+            return
+        runner = self._make_runner(self._envs_per_runner, config, seed)
         runner.share_compiled(self._runner)
         self._runner.close()
         self._runner, self._env_config = runner, config
+
+    def _runner_spaces(self) -> tuple[Any, Any]:
+        return self._runner.observation_space, self._runner.action_space
 
     def run(
         self,
