@@ -5,6 +5,7 @@ One local Ray instance sized for two cores serves the module (``--dist loadfile`
 module on one test process); the first test starts and stops the Trainer's own instead.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -239,6 +240,25 @@ def test_an_env_config_change_rebuilds_the_runners(local_ray):
         assert trainer.step(env_config={"max_episode_steps": 5})["env_steps"] == 3 * 128
     finally:
         trainer.close()
+
+
+def test_the_command_line_joins_a_running_cluster_and_leaves_it_running(local_ray, tmp_path):
+    """``--ray-address`` (as ``RAY_ADDRESS``) joins a cluster: the run's actors run there, and
+    the cluster outlives the run."""
+    address = ray.get_runtime_context().gcs_address
+    out = tmp_path / "run"
+    config = ["num_steps_sampled_before_learning_starts=128", "train_batch_size=32"]
+    argv = ["train", "sac", "--env", "Pendulum-v1", "--out", str(out), "--env-runners", "1",
+            "--cpus-per-env-runner", "0.5", "--ray-address", address, "--num-envs", "2",
+            "--max-steps", "256", "--stop-reward", "none", "--eval-every", "256", "--no-progress",
+            "--config", *config]  # fmt: skip
+    result = subprocess.run([sys.executable, "-m", "jaxlearner", *argv], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [row for row in rows if "num_env_runner_restarts" in row]
+    assert trained[-1]["env_steps"] == 256 and "default_policy/qf_loss" in str(trained[-1])
+    assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2.0  # still up
 
 
 class FailsOnce(gym.Wrapper):
