@@ -123,9 +123,14 @@ def test_without_ray_one_line_names_the_extra(monkeypatch):
         jl.Trainer(ppo(), "CartPole-v1", num_env_runners=1)
 
 
-def test_sigterm_with_env_runners_saves_a_checkpoint_and_leaves_no_process(tmp_path):
-    """``jaxlearner train --env-runners 1`` on SIGTERM: the iteration in flight ends, the
-    checkpoint is saved, the actors and the Ray instance it started are gone."""
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_with_env_runners_saves_a_checkpoint_and_leaves_no_process(
+    signal_number, tmp_path
+):
+    """``jaxlearner train --env-runners 1`` on SIGTERM, or on Ctrl-C (SIGINT to the whole
+    process group, as a terminal sends it, Ray's daemons and actors included): the iteration
+    in flight ends, the checkpoint is saved, the actors and the Ray instance it started are
+    gone."""
     out = tmp_path / "run"
     argv = ["train", "ppo", "--out", str(out), "--env-runners", "1", "--num-envs", "4",
             "--cpus-per-env-runner", "0.5", "--max-steps", "1000000", "--stop-reward", "1000",
@@ -136,6 +141,7 @@ def test_sigterm_with_env_runners_saves_a_checkpoint_and_leaves_no_process(tmp_p
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 180
@@ -145,12 +151,15 @@ def test_sigterm_with_env_runners_saves_a_checkpoint_and_leaves_no_process(tmp_p
             time.sleep(0.2)
         started = psutil.Process(child.pid).children(recursive=True)
         assert any("ray" in " ".join(p.cmdline()) for p in started)
-        child.send_signal(signal.SIGTERM)
+        if signal_number == signal.SIGINT:
+            os.killpg(child.pid, signal.SIGINT)
+        else:
+            child.send_signal(signal_number)
         stdout, stderr = child.communicate(timeout=120)
     finally:
         if child.poll() is None:
             child.kill()
-    assert child.returncode == 128 + signal.SIGTERM, stderr
+    assert child.returncode == 128 + signal_number, stderr
     assert "Traceback" not in stderr, stderr
     assert f"continue with: jaxlearner train --resume {out}" in stdout
     assert any(p.name.isdigit() for p in (out / "checkpoints").iterdir())

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -160,7 +161,7 @@ def _init_ray(options: EnvRunnersConfig) -> bool:
 
 
 def init_ray(**kwargs: Any) -> None:
-    """``ray.init(**kwargs)`` (no dashboard, Ray's logging left alone) that keeps this
+    """``ray.init(**kwargs)`` (no dashboard, Ray's logger at errors only) that keeps this
     process's SIGINT and SIGTERM handlers.
 
     ray.init replaces SIGTERM's handler with one that exits at once; the run's own (the
@@ -175,7 +176,9 @@ def init_ray(**kwargs: Any) -> None:
             # Ray starts its daemons with fork + exec; Python's warning about forking a
             # multithreaded (JAX) process does not apply to an exec'd child.
             warnings.filterwarnings("ignore", message=".*os.fork\\(\\) was called.*")
-            ray.init(**{"include_dashboard": False, "configure_logging": False, **kwargs})
+            # Ray's own notes at start-up (its token authentication, the instance started)
+            # would land between the run's lines; its errors still show.
+            ray.init(**{"include_dashboard": False, "logging_level": logging.ERROR, **kwargs})
     finally:
         if threading.current_thread() is threading.main_thread():
             for number, handler in handlers.items():
