@@ -59,6 +59,7 @@ class FusedPPOConfig:
       update_epochs: epochs per update (``UPDATE_EPOCHS``).
       num_minibatches: minibatches per epoch (``NUM_MINIBATCHES``).
       lr: initial Adam learning rate, annealed linearly to 0 (``LR``, ``ANNEAL_LR``).
+      anneal_lr: anneal it (``False``: constant, as jaxlearner's MinAtar preset).
       gamma, gae_lambda: GAE's discount and lambda.
       clip_eps: surrogate and value clip.
       ent_coef, vf_coef: loss coefficients.
@@ -82,6 +83,7 @@ class FusedPPOConfig:
     max_grad_norm: float = 0.5
     hidden: int = 64
     network: str = "mlp"
+    anneal_lr: bool = True
 
     @property
     def num_updates(self) -> int:
@@ -198,8 +200,19 @@ def network_for(config: FusedPPOConfig, action_dim: int) -> nn.Module:
     )
 
 
-def make_train(config: FusedPPOConfig, env: Environment) -> Callable[[jax.Array], Any]:
+def make_train(
+    config: FusedPPOConfig,
+    env: Environment,
+    network: Any = None,
+    loss: Callable[..., Any] | None = None,
+) -> Callable[[jax.Array], Any]:
     """purejaxrl's ``make_train``: a pure ``train(key) -> (runner_state, metrics)``.
+
+    ``network`` (anything with flax's ``init(key, obs)`` and ``apply(params, obs) -> (logits,
+    value)``) and ``loss`` (``loss(logits, value, traj, gae, targets) -> (total, (value_loss,
+    actor_loss, entropy))``) replace the config's network and purejaxrl's loss, one piece at a
+    time, to find where another implementation's learning differs
+    (``benchmarks/minatar_gap.py``).
 
     ``metrics``: ``{"total_loss", "episode_return_mean"}``, ``[num_updates]`` each
     (the mean loss over the update's minibatches; the mean return of the
@@ -210,12 +223,12 @@ def make_train(config: FusedPPOConfig, env: Environment) -> Callable[[jax.Array]
       >>> out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 8))  # doctest: +SKIP
     """
     c = config
-    network = network_for(c, int(env.action_space.n))
+    network = network or network_for(c, int(env.action_space.n))
     batch_size = c.num_envs * c.num_steps
 
     def linear_schedule(count: jax.Array) -> jax.Array:
         frac = 1.0 - (count // (c.num_minibatches * c.update_epochs)) / c.num_updates
-        return c.lr * frac
+        return c.lr * frac if c.anneal_lr else c.lr * jnp.ones_like(frac)
 
     tx = optax.chain(
         optax.clip_by_global_norm(c.max_grad_norm),
@@ -224,6 +237,8 @@ def make_train(config: FusedPPOConfig, env: Environment) -> Callable[[jax.Array]
 
     def loss_fn(params, traj, gae, targets):
         logits, value = network.apply(params, traj["obs"])
+        if loss is not None:
+            return loss(logits, value, traj, gae, targets)
         log_probs = jax.nn.log_softmax(logits)
         log_prob = jnp.take_along_axis(log_probs, traj["action"][:, None], axis=-1)[:, 0]
         value_clipped = traj["value"] + (value - traj["value"]).clip(-c.clip_eps, c.clip_eps)

@@ -1,0 +1,133 @@
+"""Where our Breakout-MinAtar PPO and the fused reference part ways (issue 25): swap one piece.
+
+Run: ``python benchmarks/minatar_gap.py VARIANT [VARIANT ...] [--steps 2097152] [--seed 0]``.
+
+Every variant trains gymnax's Breakout-MinAtar at the MinAtar preset's shapes (64 envs x 128
+steps, 4 epochs of 8 minibatches, lr 5e-4, gamma 0.999) and prints the mean training return
+at each eighth of the run (the episodes that ended in the 8 updates before it):
+
+- ``fused``: ``fused_ppo.MINATAR`` (purejaxrl's loop, gymnax-blines' network, lr annealed to 0
+  over ``--steps``);
+- ``fused+net``: the same loop with our preset's model (``jl.algorithms.build``'s);
+- ``fused+net+loss``: also our PPO objective (``ppo_objective``: unclipped value loss with
+  ``vf_loss_coeff`` 0.5, advantages standardized per minibatch) instead of purejaxrl's loss;
+- ``...,const``: any fused variant with a constant learning rate (as the preset's);
+- ``anakin``: ``jaxlearner.anakin`` with the preset as it is (constant lr);
+- ``anakin,anneal``: with the lr annealed to 0 over ``--steps`` (``lr=((0, 5e-4), (steps, 0))``).
+
+Seed 0, 2M steps, 2026-11-27 (2 cores): fused+net+loss 5.8 / 10.8 / 20.3 at 0.26M / 0.52M /
+0.79M, but 6.2 / 6.4 / 6.5 (and 6.4 at 2M) with ``,const``; anakin,anneal 5.9 / 6.9 / 6.9 (7.0
+at 2M). So the network and the loss are not the gap; the learning rate's schedule matters in
+the fused loop, and our pipeline stays on the plateau even with the same schedule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import fused_ppo
+
+import jaxlearner as jl
+from jaxlearner import anakin
+from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
+from jaxlearner.algorithms.objectives.ppo_objective import ppo_objective
+from jaxlearner.core.context import LossContext
+
+ENV_ID = "gymnax:Breakout-MinAtar"
+
+
+class PresetNetwork:
+    """Our preset's model behind the fused loop's ``init``/``apply``."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def init(self, key, obs):
+        return self.model.init(key, obs[None])
+
+    def apply(self, params, obs):
+        return self.model.apply(params, obs)
+
+
+def our_loss(config):
+    """Our PPO objective in the fused loop's loss signature."""
+    hyperparams = {
+        "clip_param": config.clip_param,
+        "vf_clip_param": config.vf_clip_param,
+        "vf_loss_coeff": config.vf_loss_coeff,
+        "entropy_coeff": 0.01,
+    }
+    ctx = LossContext(
+        "default_policy", None, None, {}, {k: jnp.float32(v) for k, v in hyperparams.items()}, {}
+    )
+
+    def loss(logits, value, traj, gae, targets):
+        batch = {
+            "actions": traj["action"],
+            "logp": traj["log_prob"],
+            "dist_inputs": jax.lax.stop_gradient(logits),  # only the KL metric reads it
+            "advantages": gae,
+            "value_targets": targets,
+            "mask": jnp.ones_like(gae),
+        }
+        spec = DistributionSpec("categorical", (logits.shape[-1],))
+        total, metrics = ppo_objective(
+            spec, False, logits, value, batch, ctx, normalize_advantages=True
+        )
+        return total, (metrics["vf_loss"], metrics["policy_loss"], metrics["entropy"])
+
+    return loss
+
+
+def train_fn(variant: str, steps: int):
+    env = anakin.envs.make(ENV_ID)
+    config, row = jl.algorithms.preset("ppo", ENV_ID)
+    parts = variant.split(",")
+    if parts[0] == "anakin":
+        if "anneal" in parts:
+            config = dataclasses.replace(config, lr=((0, config.lr), (steps, 0.0)))
+        algorithm = jl.algorithms.build("ppo", env.observation_space, env.action_space, config)
+        iterations = steps // (row.num_envs * 128)
+        setup = anakin.AnakinConfig(
+            num_envs=row.num_envs, num_iterations=iterations, evaluate=False
+        )
+        return anakin.make_train(algorithm, anakin.envs.make(ENV_ID), setup)
+    reference = dataclasses.replace(
+        fused_ppo.MINATAR, total_timesteps=steps, anneal_lr="const" not in parts
+    )
+    algorithm = jl.algorithms.build("ppo", env.observation_space, env.action_space, config)
+    model = algorithm.learner.specs["default_policy"].model
+    network = PresetNetwork(model) if "net" in parts[0] else None
+    loss = our_loss(config) if parts[0].endswith("+loss") else None
+    return fused_ppo.make_train(reference, env, network=network, loss=loss)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("variants", nargs="+")
+    parser.add_argument("--steps", type=int, default=2_097_152)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    for variant in args.variants:
+        start = time.perf_counter()
+        _, metrics = jax.jit(train_fn(variant, args.steps))(jax.random.key(args.seed))
+        returns = np.asarray(metrics["episode_return_mean"])
+        eighth = len(returns) // 8
+        curve = [
+            float(np.nanmean(returns[max(0, k * eighth - 8) : k * eighth])) for k in range(1, 9)
+        ]
+        seconds = time.perf_counter() - start
+        print(f"{variant}: {[round(x, 2) for x in curve]} ({seconds:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
