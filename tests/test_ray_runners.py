@@ -55,10 +55,10 @@ def ray_processes():
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            line = " ".join(child.cmdline())
+            line, name = " ".join(child.cmdline()), child.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if "ray" in line:
+        if "/ray/" in line or "ray::" in line or name in ("raylet", "gcs_server"):
             found.append(child)
     return found
 
@@ -150,7 +150,7 @@ def test_a_signal_with_env_runners_saves_a_checkpoint_and_leaves_no_process(
             assert child.poll() is None and time.monotonic() < deadline, child.communicate()
             time.sleep(0.2)
         started = psutil.Process(child.pid).children(recursive=True)
-        assert any("ray" in " ".join(p.cmdline()) for p in started)
+        assert any("/ray/" in " ".join(p.cmdline()) for p in started)
         if signal_number == signal.SIGINT:
             os.killpg(child.pid, signal.SIGINT)
         else:
