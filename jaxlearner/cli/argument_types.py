@@ -11,38 +11,36 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import Any
 
 from jaxlearner.cli.options import MAX_SEED
 
 
-def positive_int(text: str) -> int:
+def _checked(
+    text: str, convert: Callable[[str], Any], valid: Callable[[Any], bool], what: str
+) -> Any:
+    """``convert(text)`` if it converts and is ``valid``; else one line: ``expected WHAT``."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        value = None
+    if value is None or not valid(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _checked(text, int, lambda value: value >= 1, "a positive integer")
 
 
 def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _checked(text, int, lambda value: value >= 0, "an integer >= 0")
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+    valid = lambda value: math.isfinite(value) and value > 0
+    return _checked(text, float, valid, "a number > 0")
 
 
 def finite_float(text: str) -> float:
