@@ -205,12 +205,15 @@ def make_train(
     env: Environment,
     network: Any = None,
     loss: Callable[..., Any] | None = None,
+    advantages: Callable[..., Any] | None = None,
 ) -> Callable[[jax.Array], Any]:
     """purejaxrl's ``make_train``: a pure ``train(key) -> (runner_state, metrics)``.
 
     ``network`` (anything with flax's ``init(key, obs)`` and ``apply(params, obs) -> (logits,
     value)``) and ``loss`` (``loss(logits, value, traj, gae, targets) -> (total, (value_loss,
-    actor_loss, entropy))``) replace the config's network and purejaxrl's loss, one piece at a
+    actor_loss, entropy))``) replace the config's network and purejaxrl's loss, and
+    ``advantages(params, traj) -> (advantages, targets)`` (``traj`` then also holds
+    ``terminated``, ``truncated`` and ``final_obs``, ``[T, N, ...]``) its GAE, one piece at a
     time, to find where another implementation's learning differs
     (``benchmarks/minatar_gap.py``).
 
@@ -284,6 +287,10 @@ def make_train(
                     "obs": last_obs,
                     "episode_return": info["episode_return"],
                 }
+                if advantages is not None:  # what another GAE may need; else not kept
+                    transition.update(
+                        terminated=terminated, truncated=truncated, final_obs=info["final_obs"]
+                    )
                 return (params, opt_state, env_state, obs, key), transition
 
             runner_state, traj = jax.lax.scan(env_step, runner_state, None, c.num_steps)
@@ -297,14 +304,17 @@ def make_train(
                 gae = delta + c.gamma * c.gae_lambda * not_done * gae
                 return (gae, transition["value"]), gae
 
-            _, advantages = jax.lax.scan(
-                gae_step,
-                (jnp.zeros_like(last_value), last_value),
-                traj,
-                reverse=True,
-                unroll=16,
-            )
-            targets = advantages + traj["value"]
+            if advantages is None:
+                _, gaes = jax.lax.scan(
+                    gae_step,
+                    (jnp.zeros_like(last_value), last_value),
+                    traj,
+                    reverse=True,
+                    unroll=16,
+                )
+                targets = gaes + traj["value"]
+            else:
+                gaes, targets = advantages(params, traj)
 
             def update_epoch(update_state, _):
                 def update_minibatch(carry, minibatch):
@@ -333,7 +343,7 @@ def make_train(
                 )
                 return (params, opt_state, traj, advantages, targets, key), total
 
-            update_state = (params, opt_state, traj, advantages, targets, key)
+            update_state = (params, opt_state, traj, gaes, targets, key)
             update_state, total = jax.lax.scan(update_epoch, update_state, None, c.update_epochs)
             params, opt_state, *_, key = update_state
             done = traj["done"]

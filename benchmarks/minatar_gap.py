@@ -11,6 +11,8 @@ at each eighth of the run (the episodes that ended in the 8 updates before it):
 - ``fused+net``: the same loop with our preset's model (``jl.algorithms.build``'s);
 - ``fused+net+loss``: also our PPO objective (``ppo_objective``: unclipped value loss with
   ``vf_loss_coeff`` 0.5, advantages standardized per minibatch) instead of purejaxrl's loss;
+- ``fused+net+loss+gae``: also our GAE (``trajectories.returns.gae`` as our postprocess calls
+  it: bootstrapped at truncations from the final observation's value);
 - ``...,const``: any fused variant with a constant learning rate (as the preset's);
 - ``anakin``: ``jaxlearner.anakin`` with the preset as it is (constant lr);
 - ``anakin,anneal``: with the lr annealed to 0 over ``--steps`` (``lr=((0, 5e-4), (steps, 0))``).
@@ -19,6 +21,8 @@ Seed 0, 2M steps, 2026-11-27 (2 cores): fused+net+loss 5.8 / 10.8 / 20.3 at 0.26
 0.79M, but 6.2 / 6.4 / 6.5 (and 6.4 at 2M) with ``,const``; anakin,anneal 5.9 / 6.9 / 6.9 (7.0
 at 2M). So the network and the loss are not the gap; the learning rate's schedule matters in
 the fused loop, and our pipeline stays on the plateau even with the same schedule.
+``fused+net+loss+gae``: 5.9 / 6.9 / 7.0, 7.0 at 2M: our GAE (bootstrapping at truncations)
+is what keeps the fused loop on the plateau too.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import jaxlearner as jl
 from jaxlearner import anakin
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.objectives.ppo_objective import ppo_objective
+from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.core.context import LossContext
 
 ENV_ID = "gymnax:Breakout-MinAtar"
@@ -88,6 +93,25 @@ def our_loss(config):
     return loss
 
 
+def our_advantages(network, config):
+    """Our PPO postprocess's GAE: bootstrapped from the value of the observation each step
+    reached (the final one at a truncation), cut only at terminations."""
+
+    def advantages(params, traj):
+        next_values = network.apply(params, traj["final_obs"])[1]
+        return gae(
+            traj["reward"],
+            traj["value"],
+            next_values,
+            traj["terminated"],
+            traj["truncated"],
+            config.gamma,
+            config.lambda_,
+        )
+
+    return advantages
+
+
 def train_fn(variant: str, steps: int):
     env = anakin.envs.make(ENV_ID)
     config, row = jl.algorithms.preset("ppo", ENV_ID)
@@ -107,8 +131,12 @@ def train_fn(variant: str, steps: int):
     algorithm = jl.algorithms.build("ppo", env.observation_space, env.action_space, config)
     model = algorithm.learner.specs["default_policy"].model
     network = PresetNetwork(model) if "net" in parts[0] else None
-    loss = our_loss(config) if parts[0].endswith("+loss") else None
-    return fused_ppo.make_train(reference, env, network=network, loss=loss)
+    loss = our_loss(config) if "+loss" in parts[0] else None
+    if "+gae" in parts[0]:
+        advantages = our_advantages(network or fused_ppo.network_for(reference, 3), config)
+    else:
+        advantages = None
+    return fused_ppo.make_train(reference, env, network=network, loss=loss, advantages=advantages)
 
 
 def main() -> None:
