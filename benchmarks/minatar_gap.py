@@ -21,8 +21,9 @@ Seed 0, 2M steps, 2026-11-27 (2 cores): fused+net+loss 5.8 / 10.8 / 20.3 at 0.26
 0.79M, but 6.2 / 6.4 / 6.5 (and 6.4 at 2M) with ``,const``; anakin,anneal 5.9 / 6.9 / 6.9 (7.0
 at 2M). So the network and the loss are not the gap; the learning rate's schedule matters in
 the fused loop, and our pipeline stays on the plateau even with the same schedule.
-``fused+net+loss+gae``: 5.9 / 6.9 / 7.0, 7.0 at 2M: our GAE (bootstrapping at truncations)
-is what keeps the fused loop on the plateau too.
+``fused+net+loss+gae``: 5.9 / 6.9 / 7.0, 7.0 at 2M: with our GAE (bootstrapping at
+truncations) the fused loop stays on the plateau too. Seed 1 does not separate them (both
+stay at 7.0 to 2M): run 5M and several seeds before concluding.
 """
 
 from __future__ import annotations
