@@ -226,7 +226,7 @@ def make_train(
       >>> out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 8))  # doctest: +SKIP
     """
     c = config
-    network = network or network_for(c, int(env.action_space.n))
+    network = network_for(c, int(env.action_space.n)) if network is None else network
     batch_size = c.num_envs * c.num_steps
 
     def linear_schedule(count: jax.Array) -> jax.Array:

@@ -134,7 +134,10 @@ def train_fn(variant: str, steps: int):
     network = PresetNetwork(model) if "net" in parts[0] else None
     loss = our_loss(config) if "+loss" in parts[0] else None
     if "+gae" in parts[0]:
-        advantages = our_advantages(network or fused_ppo.network_for(reference, 3), config)
+        values = network
+        if values is None:  # the reference's own network: the same module make_train builds
+            values = fused_ppo.network_for(reference, int(env.action_space.n))
+        advantages = our_advantages(values, config)
     else:
         advantages = None
     return fused_ppo.make_train(reference, env, network=network, loss=loss, advantages=advantages)

@@ -266,10 +266,6 @@ class RunnerPool:
         ray.kill(self._actors[index], no_restart=True)
         self._actors[index] = self._start(index)
 
-    def take_ray(self, other: RunnerPool) -> None:
-        """Shuts Ray down at this pool's :meth:`close` instead of at ``other``'s."""
-        self._owns_ray, other._owns_ray = other._owns_ray, False
-
     def actor_pids(self) -> list[int]:
         """The runners' process ids, by index."""
         return ray.get([actor.pid.remote() for actor in self._actors])
@@ -321,12 +317,6 @@ class _RemoteRunners:
         """New environments with ``env_config`` in fresh runners seeded from ``seed`` (an env
         config schedule's change); what was in flight is dropped."""
         self.pool.rebuild(env_config, seed)
-
-    def share_compiled(self, other: Any) -> None:
-        """Nothing to share (each actor compiles its own act function), but the shutdown of
-        a Ray instance ``other``'s run started, since ``other`` is closed next."""
-        if isinstance(other, _RemoteRunners):
-            self.pool.take_ray(other.pool)
 
     def get_state(self) -> dict[str, Any]:
         """The counts only: remote runners start fresh environments on resume."""

@@ -208,13 +208,16 @@ class Trainer:
             env_config=env_config,
             seed=seed,
         )
-        self._envs_per_runner = num_envs
         try:
-            check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
+            self._check_spaces(runner)
         except ValueError:
             runner.close()
             raise
         return runner
+
+    def _check_spaces(self, runner: TrainingRunner) -> None:
+        """Raises ``ValueError`` when the runner's spaces differ from the learner's."""
+        check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
 
     counters = run_book.book_attribute(
         "counters",
@@ -311,19 +314,16 @@ class Trainer:
         if not isinstance(self._runner, EnvRunner):  # Ray runners: new actors, same pool
             try:
                 self._runner.rebuild(config, seed)  # type: ignore[attr-defined]
-                check_recipe_spaces(self.learner.recipe, *self._runner_spaces())
+                self._check_spaces(self._runner)
             except Exception:  # the envs' own error, or other spaces: the old envs again
                 self._runner.rebuild(self._env_config, seed)  # type: ignore[attr-defined]
                 raise
             self._env_config = config
             return
-        runner = self._make_runner(self._envs_per_runner, config, seed)
+        runner = self._make_runner(self._runner.num_envs, config, seed)
         runner.share_compiled(self._runner)
         self._runner.close()
         self._runner, self._env_config = runner, config
-
-    def _runner_spaces(self) -> tuple[Any, Any]:
-        return self._runner.observation_space, self._runner.action_space
 
     def run(
         self,
