@@ -107,6 +107,10 @@ def test_bad_input_is_refused_before_any_actor_starts():
     synchronous_only = jl.EnvRunnersConfig(asynchronous=True)
     with pytest.raises(ValueError, match="ppo cannot learn from asynchronous.*that can: appo"):
         jl.Trainer(ppo(), "CartPole-v1", num_env_runners=1, env_runners=synchronous_only)
+    lagged = jl.algorithms.appo(CARTPOLE.observation_space, CARTPOLE.action_space,
+                                {"policy_lag": 1})  # fmt: skip
+    with pytest.raises(ValueError, match="policy_lag=1 simulates stale params"):
+        jl.Trainer(lagged, "CartPole-v1", num_env_runners=1)  # APPO's runners: asynchronous
     lock = threading.Lock()
     with pytest.raises(ValueError, match="The environment .* cannot be sent to the env runners"):
         jl.Trainer(ppo(), lambda: lock and gym.make("CartPole-v1"), num_env_runners=1)

@@ -99,25 +99,27 @@ def is_asynchronous(algorithm: Algorithm, options: EnvRunnersConfig) -> bool:
     """Whether the runners sample asynchronously (see :class:`EnvRunnersConfig`).
 
     Raises:
-      ValueError: for ``asynchronous=True`` with an algorithm not in
-        :data:`ASYNCHRONOUS_ALGORITHMS`, or with an APPO ``policy_lag`` (the lag is real).
+      ValueError: for asynchronous runners (asked for, or APPO's default) with an algorithm
+        not in :data:`ASYNCHRONOUS_ALGORITHMS`, or with an APPO ``policy_lag`` (the lag is
+        real).
     """
     name = algorithm.name
-    if options.asynchronous is None:
-        return name in ASYNCHRONOUS_ALGORITHMS
-    if options.asynchronous and name not in ASYNCHRONOUS_ALGORITHMS:
+    asynchronous = options.asynchronous
+    if asynchronous is None:
+        asynchronous = name in ASYNCHRONOUS_ALGORITHMS
+    if asynchronous and name not in ASYNCHRONOUS_ALGORITHMS:
         raise ValueError(
             f"{name} cannot learn from asynchronous env runners (its loss assumes the "
             f"rollout's own params); algorithms that can: {', '.join(ASYNCHRONOUS_ALGORITHMS)}. "
             "Use asynchronous=False (or None) for synchronous runners."
         )
-    if options.asynchronous and isinstance(algorithm, OnPolicyAlgorithm) and algorithm.policy_lag:
+    if asynchronous and isinstance(algorithm, OnPolicyAlgorithm) and algorithm.policy_lag:
         raise ValueError(
             f"policy_lag={algorithm.policy_lag} simulates stale params in one process; "
             "asynchronous env runners have a real lag (reported as env_runners/policy_lag). "
-            "Set policy_lag=0."
+            "Set policy_lag=0, or EnvRunnersConfig(asynchronous=False) to keep the simulated lag."
         )
-    return bool(options.asynchronous)
+    return bool(asynchronous)
 
 
 def runner_metrics(runner: TrainingRunner) -> dict[str, float]:
