@@ -53,17 +53,13 @@ from jaxlearner.training.env_state import (
     encode_array,
     restore_layers,
 )
-from jaxlearner.training.rollout import Rollout
+from jaxlearner.training.rollout import HOST_COLUMNS, Rollout
 from jaxlearner.training.vector_env import EnvLike, make_vector_env
 from jaxlearner.types import Params
 
 Policy: TypeAlias = Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, Mapping[str, Any]]]
 """``policy(params, obs [N, ...], key) -> (actions [N, ...], extras {name: [N, ...]})``,
 or a :class:`~jaxlearner.algorithms.algorithm.RecurrentAct`."""
-
-
-_COLUMNS = ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "valid")
-"""The host columns of a rollout, as :class:`~jaxlearner.training.rollout.Rollout` names them."""
 
 EVAL_KEY_BLOCK = 32
 """Steps per key split in :func:`evaluate`: the key stream of rollouts of 32 steps."""
@@ -218,7 +214,7 @@ class EnvRunner:
         recurrent = isinstance(policy, RecurrentAct)
         if recurrent:
             self._carry = self._recurrent_carry(policy)
-        columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        columns: dict[str, list[Any]] = {name: [] for name in HOST_COLUMNS}
         extras: list[Mapping[str, Any]] = []
         episode_returns: list[float] = []
         episode_lengths: list[int] = []
@@ -261,7 +257,7 @@ class EnvRunner:
                 next_obs,
                 valid,
             )
-            for name, value in zip(_COLUMNS, row, strict=True):
+            for name, value in zip(HOST_COLUMNS, row, strict=True):
                 columns[name].append(value)
             extras.append(extra)
             if self._mode == gym.vector.AutoresetMode.NEXT_STEP:

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxlearner.training.rollout import Rollout
+from jaxlearner.training.rollout import HOST_COLUMNS, Rollout
 
 ASYNCHRONOUS_ALGORITHMS: tuple[str, ...] = ("appo",)
 """The algorithms that learn from fragments of older params (V-trace corrects for the lag)."""
@@ -141,7 +141,7 @@ def concatenate_rollouts(parts: Sequence[Rollout]) -> Rollout:
     offsets = np.cumsum([0] + [part.valid.shape[1] for part in parts[:-1]])
     columns = {
         name: np.concatenate([getattr(part, name) for part in parts], axis=1)
-        for name in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "valid")
+        for name in HOST_COLUMNS
     }
     extras = jax.tree.map(
         lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=1),

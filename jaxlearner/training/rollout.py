@@ -15,6 +15,18 @@ import numpy as np
 
 from jaxlearner.algorithms.algorithm import ActFn, RecurrentAct
 
+HOST_COLUMNS: tuple[str, ...] = (
+    "obs",
+    "actions",
+    "rewards",
+    "terminated",
+    "truncated",
+    "next_obs",
+    "valid",
+)
+"""The host columns of a rollout, as :class:`Rollout` names them (its ``[T, N]`` numpy
+arrays; the runners stack them step by step, the Ray runners concatenate them)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
@@ -62,16 +74,7 @@ class Rollout:
         ``next_obs``, ``valid`` and the policy's extras (an ``extras["actions"]``
         replaces the env actions: it is the action to train on).
         """
-        return {
-            "obs": self.obs,
-            "actions": self.actions,
-            "rewards": self.rewards,
-            "terminated": self.terminated,
-            "truncated": self.truncated,
-            "next_obs": self.next_obs,
-            "valid": self.valid,
-            **self.extras,
-        }
+        return {**{name: getattr(self, name) for name in HOST_COLUMNS}, **self.extras}
 
 
 def experience_shapes(

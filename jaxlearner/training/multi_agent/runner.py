@@ -37,14 +37,13 @@ from jaxlearner.training.env_state import (
     restore_layers,
 )
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
+from jaxlearner.training.rollout import HOST_COLUMNS
 
 MultiAgentPolicy: TypeAlias = Callable[
     [Mapping[str, ModuleState], Mapping[str, jax.Array], jax.Array],
     Mapping[str, tuple[jax.Array, Mapping[str, Any]]],
 ]
 """``policy(modules {id: state}, obs {id: [N * k, ...]}, key) -> {id: (actions, extras)}``."""
-
-_COLUMNS = ("obs", "actions", "rewards", "terminated", "truncated", "next_obs", "valid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +177,7 @@ class MultiAgentEnvRunner:
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps must be a positive int; got {num_steps!r}.")
         act = self._jitted(policy)
-        columns = {m: {name: [] for name in _COLUMNS} for m in self._groups}
+        columns = {m: {name: [] for name in HOST_COLUMNS} for m in self._groups}
         extras: dict[str, list[Mapping[str, Any]]] = {m: [] for m in self._groups}
         finished: list[tuple[int, dict[str, float], int]] = []
         for step_key in jax.random.split(key, num_steps):
@@ -192,7 +191,7 @@ class MultiAgentEnvRunner:
                 step[m]["obs"] = obs[m]
                 step[m]["actions"] = host_actions[m]
                 step[m]["next_obs"] = np.stack(step[m]["next_obs"])
-                for name in _COLUMNS:
+                for name in HOST_COLUMNS:
                     columns[m][name].append(step[m][name])
                 extras[m].append(outputs[m][1])
         experience = {
