@@ -206,6 +206,7 @@ def make_train(
     network: Any = None,
     loss: Callable[..., Any] | None = None,
     advantages: Callable[..., Any] | None = None,
+    track_truncations: bool = False,
 ) -> Callable[[jax.Array], Any]:
     """purejaxrl's ``make_train``: a pure ``train(key) -> (runner_state, metrics)``.
 
@@ -219,7 +220,9 @@ def make_train(
 
     ``metrics``: ``{"total_loss", "episode_return_mean"}``, ``[num_updates]`` each
     (the mean loss over the update's minibatches; the mean return of the
-    episodes that ended in the update's rollout, NaN when none).
+    episodes that ended in the update's rollout, NaN when none); with
+    ``track_truncations`` also ``"truncated_fraction"``, the share of those episodes that
+    the time limit ended (NaN when none ended).
 
     Example:
       >>> train = make_train(PURE_JAX_RL, envs.make("CartPole-v1"))  # doctest: +SKIP
@@ -287,7 +290,7 @@ def make_train(
                     "obs": last_obs,
                     "episode_return": info["episode_return"],
                 }
-                if advantages is not None:  # what another GAE may need; else not kept
+                if advantages is not None or track_truncations:  # else not kept
                     transition.update(
                         terminated=terminated, truncated=truncated, final_obs=info["final_obs"]
                     )
@@ -356,6 +359,10 @@ def make_train(
                     jnp.nan,
                 ),
             }
+            if track_truncations:
+                metrics["truncated_fraction"] = jnp.where(
+                    ended > 0, traj["truncated"].sum() / jnp.maximum(ended, 1), jnp.nan
+                )
             return (params, opt_state, env_state, last_obs, key), metrics
 
         key, run_key = jax.random.split(key)

@@ -140,7 +140,9 @@ def train_fn(variant: str, steps: int):
         advantages = our_advantages(values, config)
     else:
         advantages = None
-    return fused_ppo.make_train(reference, env, network=network, loss=loss, advantages=advantages)
+    return fused_ppo.make_train(
+        reference, env, network=network, loss=loss, advantages=advantages, track_truncations=True
+    )
 
 
 def main() -> None:
@@ -159,6 +161,12 @@ def main() -> None:
         ]
         seconds = time.perf_counter() - start
         print(f"{variant}: {[round(x, 2) for x in curve]} ({seconds:.0f} s)", flush=True)
+        if "truncated_fraction" in metrics:
+            cut = np.asarray(metrics["truncated_fraction"])
+            shares = [
+                float(np.nanmean(cut[max(0, k * eighth - 8) : k * eighth])) for k in range(1, 9)
+            ]
+            print(f"  time-limit share of ended episodes: {[round(x, 3) for x in shares]}")
 
 
 if __name__ == "__main__":
