@@ -6,6 +6,9 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The tests' Ray instances are local only: no usage report leaves the machine (Ray sends one
+# by default), in this process or in the commands the tests start.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 import atexit
 import shutil
