@@ -14,6 +14,8 @@ at each eighth of the run (the episodes that ended in the 8 updates before it):
 - ``fused+net+loss+gae``: also our GAE (``trajectories.returns.gae`` as our postprocess calls
   it: bootstrapped at truncations from the final observation's value);
 - ``...,const``: any fused variant with a constant learning rate (as the preset's);
+- ``...,vf=X``: our objective's ``vf_loss_coeff`` X instead of the preset's 0.5 (the
+  reference weighs its halved, clipped squared error by 0.5: 0.25 on the unhalved one);
 - ``anakin``: ``jaxlearner.anakin`` with the preset as it is (constant lr);
 - ``anakin,anneal``: with the lr annealed to 0 over ``--steps`` (``lr=((0, 5e-4), (steps, 0))``).
 
@@ -23,7 +25,10 @@ at 2M). So the network and the loss are not the gap; the learning rate's schedul
 the fused loop, and our pipeline stays on the plateau even with the same schedule.
 ``fused+net+loss+gae``: 5.9 / 6.9 / 7.0, 7.0 at 2M: with our GAE (bootstrapping at
 truncations) the fused loop stays on the plateau too. Seed 1 does not separate them (both
-stay at 7.0 to 2M): run 5M and several seeds before concluding.
+stay at 7.0 to 2M). At 5M (2026-11-27) no episode of any fused variant ended at the time limit
+(the printed share is 0.0 throughout), so the GAE variants compute the same advantages and
+that lead is void; escaping the plateau is seed-dependent for every variant with one of our
+pieces (benchmarks/README.md, "The lead is void").
 """
 
 from __future__ import annotations
@@ -117,6 +122,9 @@ def train_fn(variant: str, steps: int):
     env = anakin.envs.make(ENV_ID)
     config, row = jl.algorithms.preset("ppo", ENV_ID)
     parts = variant.split(",")
+    for part in parts:
+        if part.startswith("vf="):
+            config = dataclasses.replace(config, vf_loss_coeff=float(part[3:]))
     if parts[0] == "anakin":
         if "anneal" in parts:
             config = dataclasses.replace(config, lr=((0, config.lr), (steps, 0.0)))
