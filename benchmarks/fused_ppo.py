@@ -290,10 +290,10 @@ def make_train(
                     "obs": last_obs,
                     "episode_return": info["episode_return"],
                 }
-                if advantages is not None or track_truncations:  # else not kept
-                    transition.update(
-                        terminated=terminated, truncated=truncated, final_obs=info["final_obs"]
-                    )
+                if advantages is not None:  # what another GAE may need; else not kept
+                    transition.update(terminated=terminated, final_obs=info["final_obs"])
+                if advantages is not None or track_truncations:
+                    transition["truncated"] = truncated
                 return (params, opt_state, env_state, obs, key), transition
 
             runner_state, traj = jax.lax.scan(env_step, runner_state, None, c.num_steps)
@@ -322,18 +322,18 @@ def make_train(
             def update_epoch(update_state, _):
                 def update_minibatch(carry, minibatch):
                     params, opt_state = carry
-                    traj, advantages, targets = minibatch
+                    traj, gaes, targets = minibatch
                     (total, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                        params, traj, advantages, targets
+                        params, traj, gaes, targets
                     )
                     updates, opt_state = tx.update(grads, opt_state, params)
                     return (optax.apply_updates(params, updates), opt_state), total
 
-                params, opt_state, traj, advantages, targets, key = update_state
+                params, opt_state, traj, gaes, targets, key = update_state
                 key, perm_key = jax.random.split(key)
                 permutation = jax.random.permutation(perm_key, batch_size)
                 batch = jax.tree.map(
-                    lambda x: x.reshape((batch_size, *x.shape[2:])), (traj, advantages, targets)
+                    lambda x: x.reshape((batch_size, *x.shape[2:])), (traj, gaes, targets)
                 )
                 minibatches = jax.tree.map(
                     lambda x: jnp.take(x, permutation, axis=0).reshape(
@@ -344,7 +344,7 @@ def make_train(
                 (params, opt_state), total = jax.lax.scan(
                     update_minibatch, (params, opt_state), minibatches
                 )
-                return (params, opt_state, traj, advantages, targets, key), total
+                return (params, opt_state, traj, gaes, targets, key), total
 
             update_state = (params, opt_state, traj, gaes, targets, key)
             update_state, total = jax.lax.scan(update_epoch, update_state, None, c.update_epochs)

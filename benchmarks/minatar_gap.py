@@ -162,19 +162,20 @@ def main() -> None:
     for variant in args.variants:
         start = time.perf_counter()
         _, metrics = jax.jit(train_fn(variant, args.steps))(jax.random.key(args.seed))
-        returns = np.asarray(metrics["episode_return_mean"])
-        eighth = len(returns) // 8
-        curve = [
-            float(np.nanmean(returns[max(0, k * eighth - 8) : k * eighth])) for k in range(1, 9)
-        ]
+        curve = per_eighth(metrics["episode_return_mean"])
         seconds = time.perf_counter() - start
         print(f"{variant}: {[round(x, 2) for x in curve]} ({seconds:.0f} s)", flush=True)
         if "truncated_fraction" in metrics:
-            cut = np.asarray(metrics["truncated_fraction"])
-            shares = [
-                float(np.nanmean(cut[max(0, k * eighth - 8) : k * eighth])) for k in range(1, 9)
-            ]
+            shares = per_eighth(metrics["truncated_fraction"])
             print(f"  time-limit share of ended episodes: {[round(x, 3) for x in shares]}")
+
+
+def per_eighth(values) -> list[float]:
+    """The mean of ``values`` (one per update, NaN where no episode ended) over the 8 updates
+    before each eighth of the run."""
+    values = np.asarray(values)
+    eighth = len(values) // 8
+    return [float(np.nanmean(values[max(0, k * eighth - 8) : k * eighth])) for k in range(1, 9)]
 
 
 if __name__ == "__main__":
