@@ -11,6 +11,8 @@ at each eighth of the run (the episodes that ended in the 8 updates before it):
 - ``fused+net``: the same loop with our preset's model (``jl.algorithms.build``'s);
 - ``fused+net+loss``: also our PPO objective (``ppo_objective``: unclipped value loss with
   ``vf_loss_coeff`` 0.5, advantages standardized per minibatch) instead of purejaxrl's loss;
+- ``fused+loss``: the reference's own network with our PPO objective (one piece: the model
+  is the reference's, up to the random draw of its params, benchmarks/README.md);
 - ``fused+net+loss+gae``: also our GAE (``trajectories.returns.gae`` as our postprocess calls
   it: bootstrapped at truncations from the final observation's value);
 - ``...,const``: any fused variant with a constant learning rate (as the preset's);
@@ -28,7 +30,9 @@ truncations) the fused loop stays on the plateau too. Seed 1 does not separate t
 stay at 7.0 to 2M). At 5M (2026-11-27) no episode of any fused variant ended at the time limit
 (the printed share is 0.0 throughout), so the GAE variants compute the same advantages and
 that lead is void; escaping the plateau is seed-dependent for every variant with one of our
-pieces (benchmarks/README.md, "The lead is void").
+pieces (benchmarks/README.md, "The lead is void"). ``fused+loss`` at 5M: seed 1 escaped by
+0.65M, seeds 0 and 2 stayed at 7.0, where the reference with the same initial params escaped
+on all three.
 """
 
 from __future__ import annotations
