@@ -31,8 +31,8 @@ stay at 7.0 to 2M). At 5M (2026-11-27) no episode of any fused variant ended at 
 (the printed share is 0.0 throughout), so the GAE variants compute the same advantages and
 that lead is void; escaping the plateau is seed-dependent for every variant with one of our
 pieces (benchmarks/README.md, "The lead is void"). ``fused+loss`` at 5M: seed 1 escaped by
-0.65M, seeds 0 and 2 stayed at 7.0, where the reference with the same initial params escaped
-on all three.
+0.65M and seed 3 by 1.3M, seeds 0 and 2 stayed at 7.0, where the reference with the same
+initial params escaped on all four (seed 3 by 2M).
 """
 
 from __future__ import annotations
