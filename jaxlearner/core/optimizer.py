@@ -349,11 +349,13 @@ class ModuleOptimizer:
 
     def init(self, params: Params) -> dict[str, optax.OptState]:
         """Each named optimizer's initial state, by name (checks the param labels); ``{}``
-        without optimizers (a module of a shared optimizer)."""
+        without optimizers (a module of a shared optimizer). Compiled as one program: run
+        eagerly, each zeros-like of a moment and each hyperparameter compiled on its own (3.5 s
+        of a cold ``jaxlearner train dqn`` on 2 cores)."""
         if not self.names:
             return {}
         self.labels(params)
-        return self._by_name(self.transform.init(params))
+        return self._by_name(jax.jit(self.transform.init)(params))
 
     @functools.cached_property
     def _clip(self) -> optax.GradientTransformation | None:

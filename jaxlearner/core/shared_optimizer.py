@@ -216,9 +216,12 @@ class SharedOptimizers:
                 )
 
     def init(self, params: Mapping[str, Params]) -> dict[str, optax.OptState]:
-        """Each shared optimizer's initial state over ``{module_id: params}`` of its modules."""
+        """Each shared optimizer's initial state over ``{module_id: params}`` of its modules,
+        compiled as one program (as :meth:`ModuleOptimizer.init`)."""
         return {
-            name: transformation(entry.optimizer).init({m: params[m] for m in entry.module_ids})
+            name: jax.jit(transformation(entry.optimizer).init)(
+                {m: params[m] for m in entry.module_ids}
+            )
             for name, entry in self.shared.items()
         }
 
