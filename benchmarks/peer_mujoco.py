@@ -4,7 +4,8 @@ Run (``bench_mujoco.py`` does, with a peer virtualenv's python, and times the wh
 process): ``python benchmarks/peer_mujoco.py {ppo,sac} ENV_ID --seed S --max-steps N
 --eval-every E --out RUN``. Needs torch (``pip install torch==2.13.0``, the CPU wheel,
 first), stable-baselines3, sbx-rl and rl_zoo3 in that virtualenv (rl_zoo3 only for its
-``hyperparams/{ppo,sac}.yml``, read here as the zoo's own train script reads them).
+``hyperparams/{ppo,sac}.yml``, read from its folder without importing it: ``pip install
+rl_zoo3 --no-deps`` is enough).
 
 The zoo lists the MuJoCo tasks as ``-v4``; the v5 task of the same name is trained (as
 jaxlearner's presets do). ``normalize: true`` wraps the training env in ``VecNormalize``
@@ -29,13 +30,18 @@ from typing import Any
 
 
 def zoo_hyperparams(algorithm: str, env_id: str) -> dict[str, Any]:
-    """The zoo's entry for the env (its ``-v4`` name for a ``-v5`` id)."""
-    import rl_zoo3
+    """The zoo's entry for the env (its ``-v4`` name for a ``-v5`` id), read from the
+    installed ``rl_zoo3``'s files without importing it (its import needs the Hugging Face
+    client and more, none of which the tables need)."""
+    import importlib.util
+
     import yaml
 
-    table = yaml.safe_load(
-        (pathlib.Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algorithm}.yml").read_text()
-    )
+    spec = importlib.util.find_spec("rl_zoo3")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("peer_mujoco.py reads RL Zoo's tables: pip install rl_zoo3 --no-deps")
+    folder = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    table = yaml.safe_load((folder / "hyperparams" / f"{algorithm}.yml").read_text())
     name = env_id.replace("-v5", "-v4")
     return dict(table[name])
 
