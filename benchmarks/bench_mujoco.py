@@ -21,8 +21,8 @@ ratios jaxlearner / peer of wall time; the load average before and after. Writes
 libraries' runs, drawn by ``jaxlearner plot``. The run folders are kept under ``--runs``.
 
 The peer virtualenv needs ``pip install torch==2.13.0`` (a CPU wheel) first, then
-``pip install stable-baselines3 sbx-rl "gymnasium[mujoco]"`` and ``pip install rl_zoo3
---no-deps`` (only its tables are read).
+``pip install -e ".[bench]" "gymnasium[mujoco]"`` (or SB3, sbx-rl and ``pip install rl_zoo3
+--no-deps``: only the zoo's tables are read).
 """
 
 from __future__ import annotations
