@@ -127,11 +127,14 @@ def phases(
     by_phase: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     first_seen: dict[str, float] = {}
     rows = []
+    chains: dict[str, list[str]] = {}  # per instruction: a trace repeats each name many times
     for event in events:
         name = event["name"]
         if name not in hlo.computation_of or name in hlo.trips:
             continue
-        chain = loop_chain(hlo, name)
+        if name not in chains:
+            chains[name] = loop_chain(hlo, name)
+        chain = chains[name]
         inside = [w for w in chain if w in outer]
         if not inside:
             rows.append(("outside the updates", name, event))
