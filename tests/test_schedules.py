@@ -1,5 +1,6 @@
 """Schedules: values derived by hand, with and without jit, and validation."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -7,7 +8,7 @@ import pytest
 from helpers import maybe_jit
 
 import jaxlearner as jl
-from jaxlearner.core.schedules import as_schedule, current_value, initial_value
+from jaxlearner.core.schedules import as_schedule, current_value, initial_value, interpolate
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,38 @@ def test_piecewise_schedule_interpolates_linearly(jit, count, expected):
     value = maybe_jit(schedule, jit)(jnp.asarray(count, jnp.int32))
     np.testing.assert_allclose(float(value), expected, rtol=1e-6, atol=1e-7)
     assert schedule.counter == "env_steps"
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
+        [[0, 0.5]],
+        [[0, 1e-3], [409_600, 0.0]],
+        [[0, 1.0], [100, 0.1], [200, 0.0]],
+        [[0, 2.5], [3, -1.0], [7, 3e-4], [1_000_000, 7.0], [2**31 - 1, 0.0]],
+    ],
+)
+def test_interpolation_equals_jnp_interp_bit_for_bit(jit, points):
+    xp, fp = (np.asarray(column, np.float32) for column in zip(*points, strict=True))
+    rng = np.random.default_rng(0)
+    counts = [xp, xp - 1, xp + 1, xp - 0.5, rng.uniform(-10, xp[-1] * 1.2 + 10, 500), [-1e9, 1e12]]
+    x = jnp.asarray(np.concatenate(counts), jnp.float32)
+    expected = np.asarray(maybe_jit(lambda x: jnp.interp(x, xp, fp), jit)(x))
+    got = np.asarray(maybe_jit(lambda x: interpolate(x, xp, fp), jit)(x))
+    assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
+
+
+def test_a_piecewise_schedule_compiles_to_no_loop():
+    # jnp.interp's binary search is a while loop in every update step that reads a schedule.
+    schedule = jl.piecewise_schedule([[0, 1.0], [100, 0.1], [200, 0.0]])
+    program = jax.jit(schedule).lower(jnp.asarray(5, jnp.int32)).as_text()
+    assert "while" not in program
+    assert (
+        "while"
+        in jax.jit(lambda c: jnp.interp(c, jnp.arange(3.0), jnp.ones(3)))
+        .lower(jnp.float32(5))
+        .as_text()
+    )  # the check can fail: jnp.interp's program has one
 
 
 @pytest.mark.parametrize(

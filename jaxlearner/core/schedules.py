@@ -100,9 +100,47 @@ def piecewise_schedule(
     vs_array = np.asarray(vs, np.float32)
 
     def fn(count: jax.Array) -> jax.Array:
-        return jnp.interp(jnp.asarray(count, jnp.float32), ts_array, vs_array)
+        return interpolate(jnp.asarray(count, jnp.float32), ts_array, vs_array)
 
     return Schedule(fn, counter=counter)
+
+
+@jax.jit
+def interpolate(x: jax.Array, xp: jax.Array, fp: jax.Array) -> jax.Array:
+    """``jnp.interp(x, xp, fp)``, bit for bit, without a loop in the compiled program.
+
+    ``jnp.interp`` finds the segment with ``searchsorted``'s default binary search, a while
+    loop (two iterations for two points) inside every update step that evaluates a schedule;
+    on a GPU each iteration is more kernel launches. Here ``x`` is compared with every point
+    at once (``method="compare_all"``: a handful of points), then the same arithmetic as
+    ``jnp.interp`` (jax 0.10's ``_interp``), compiled as it is (``jnp.interp`` is a jitted
+    function too), so the values are equal, not just close.
+
+    Args:
+      x: ``[...]`` float32 counts.
+      xp: ``[P]`` float32 increasing points, as :func:`piecewise_schedule` validates them.
+      fp: ``[P]`` float32 values.
+
+    Returns:
+      ``[...]`` float32: linear between the points, ``fp[0]`` before the first and
+      ``fp[-1]`` after the last.
+
+    Example:
+      >>> import numpy as np
+      >>> ts, vs = np.array([0.0, 100.0], np.float32), np.array([1.0, 0.0], np.float32)
+      >>> float(interpolate(jax.numpy.float32(25.0), ts, vs))
+      0.75
+    """
+    xp_arr, fp_arr = jnp.asarray(xp), jnp.asarray(fp)
+    found = jnp.searchsorted(xp_arr, x, side="right", method="compare_all")
+    i = jnp.clip(found, 1, xp_arr.shape[0] - 1)
+    df = fp_arr[i] - fp_arr[i - 1]
+    dx = xp_arr[i] - xp_arr[i - 1]
+    delta = x - xp_arr[i - 1]
+    dx0 = jax.lax.abs(dx) <= np.spacing(np.finfo(xp_arr.dtype).eps)
+    f = jnp.where(dx0, fp_arr[i - 1], fp_arr[i - 1] + (delta / jnp.where(dx0, 1, dx)) * df)
+    f = jnp.where(x < xp_arr[0], fp_arr[0], f)
+    return jnp.where(x > xp_arr[-1], fp_arr[-1], f)
 
 
 def _validate_points(points: object) -> tuple[list[int], list[float]]:
