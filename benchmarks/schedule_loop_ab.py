@@ -3,8 +3,9 @@
 Run: ``python benchmarks/schedule_loop_ab.py [--seeds 1] [--repeats 5]``. Builds anakin's PPO
 program at purejaxrl's config (``evaluate=False``) twice from the same code, once with the
 schedules' ``interpolate`` swapped for ``jnp.interp`` while it is traced (the loop) and once
-as it is (no loop), plus the fused reference; checks the two jaxlearner programs give
-bit-equal outputs, then times them interleaved (A, B, reference, A, B, ...). Prints the
+as it is (no loop), plus the fused reference (all three from ``bench_anakin.peer_trains``);
+checks the search loop is in the one compiled program and not the other and that the two
+give bit-equal outputs, then times them interleaved (A, B, reference, A, B, ...). Prints the
 medians; writes nothing.
 """
 
@@ -25,27 +26,24 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_anakin
 import fused_ppo
 
-import jaxlearner as jl
-from jaxlearner import anakin
-from jaxlearner.anakin import envs
 from jaxlearner.core import schedules
 
 
 def compiled_anakin(reference, keys, with_loop: bool):
-    """Anakin's program, its schedules traced through ``jnp.interp`` when ``with_loop``."""
-    env = envs.make("CartPole-v1")
-    config = bench_anakin.peer_ppo_config(reference)
-    algorithm = jl.algorithms.build("ppo", env.observation_space, env.action_space, config)
-    run = anakin.AnakinConfig(
-        num_envs=reference.num_envs, num_iterations=reference.num_updates, evaluate=False
-    )
+    """Anakin's program (``bench_anakin.peer_trains``, ``evaluate=False``), its schedules
+    traced through ``jnp.interp`` when ``with_loop``. The trains are built afresh per
+    variant, so no jitted function inside keeps a trace of the other variant."""
+    train = bench_anakin.peer_trains(reference)["jaxlearner anakin, evaluate=False"]
     without_loop = schedules.interpolate
     if with_loop:
         schedules.interpolate = lambda x, xp, fp: jnp.interp(x, xp, fp)
     try:
-        return jax.jit(jax.vmap(anakin.make_train(algorithm, env, run))).lower(keys).compile()
+        compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
     finally:
         schedules.interpolate = without_loop
+    searches = "searchsorted_scan" in compiled.as_text()
+    assert searches == with_loop, f"with_loop={with_loop}, but the search loop: {searches}"
+    return compiled
 
 
 def _host(leaf):
@@ -67,7 +65,7 @@ def main() -> None:
         programs[name] = compiled_anakin(reference, keys, with_loop)
         print(f"{name}: lower + compile {time.perf_counter() - start:.1f} s", flush=True)
     start = time.perf_counter()
-    train = fused_ppo.make_train(reference, envs.make("CartPole-v1"))
+    train = bench_anakin.peer_trains(reference)["fused reference (purejaxrl-style)"]
     programs["reference"] = jax.jit(jax.vmap(train)).lower(keys).compile()
     print(f"reference: lower + compile {time.perf_counter() - start:.1f} s")
     outputs = {name: jax.block_until_ready(program(keys)) for name, program in programs.items()}
