@@ -11,6 +11,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 import atexit
+import inspect
 import shutil
 import signal
 import tempfile
@@ -31,6 +32,7 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 import jax
 import pytest
+from jax._src import compiler as jax_compiler
 
 _compilation_cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
 atexit.register(shutil.rmtree, _compilation_cache, ignore_errors=True)
@@ -38,6 +40,39 @@ jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_compilation_cache_dir", _compilation_cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# Most tests run a program once or twice, so compiling is nearly all of their time (89% over
+# the tests not marked slow: benchmarks/README.md, "The test suite's time"). LLVM's -O0 halves
+# the compile of a typical program and keeps its meaning (the same HLO, the same IEEE
+# arithmetic; only the machine code is less tuned), so those tests compile at -O0. The slow
+# tests run long programs, which -O0 makes up to twice as slow: they, the commands and
+# notebooks the tests start, the benchmarks and users keep XLA's default. Each test's programs
+# get it through the compile options (what `jax.jit(f, compiler_options=...)` sets), by the
+# one function JAX builds them with; a JAX whose function no longer takes them keeps the
+# default everywhere (slower, same results).
+_QUICK_COMPILE = {"xla_backend_optimization_level": "0"}
+_quick_compile = False
+_get_compile_options = jax_compiler.get_compile_options
+
+
+def _compile_options(*args, env_options_overrides=None, **kwargs):
+    if _quick_compile:
+        env_options_overrides = {**_QUICK_COMPILE, **(env_options_overrides or {})}
+    return _get_compile_options(*args, env_options_overrides=env_options_overrides, **kwargs)
+
+
+if "env_options_overrides" in inspect.signature(_get_compile_options).parameters:
+    jax_compiler.get_compile_options = _compile_options
+
+
+@pytest.fixture(autouse=True)
+def quick_compile_outside_slow_tests(request):
+    """A test not marked slow compiles its programs at LLVM -O0 (see _QUICK_COMPILE)."""
+    global _quick_compile
+    _quick_compile = request.node.get_closest_marker("slow") is None
+    yield
+    _quick_compile = False
 
 
 @pytest.fixture(params=[True, False], ids=["jit", "eager"])
