@@ -46,11 +46,11 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # the tests not marked slow: benchmarks/README.md, "The test suite's time"). LLVM's -O0 halves
 # the compile of a typical program and keeps its meaning (the same HLO, the same IEEE
 # arithmetic; only the machine code is less tuned), so those tests compile at -O0. The slow
-# tests run long programs, which -O0 makes up to twice as slow: they, the commands and
-# notebooks the tests start, the benchmarks and users keep XLA's default. Each test's programs
-# get it through the compile options (what `jax.jit(f, compiler_options=...)` sets), by the
-# one function JAX builds them with; a JAX whose function no longer takes them keeps the
-# default everywhere (slower, same results).
+# tests run long programs, which -O0 makes up to twice as slow: they, the benchmarks and users
+# keep XLA's default. A test's own programs get it through the compile options (what
+# `jax.jit(f, compiler_options=...)` sets), by the one function JAX builds them with (a JAX
+# whose function no longer takes them keeps the default: slower, same results); the commands,
+# notebooks and runners a test starts get it through XLA_FLAGS.
 _QUICK_COMPILE = {"xla_backend_optimization_level": "0"}
 _quick_compile = False
 _get_compile_options = jax_compiler.get_compile_options
@@ -66,13 +66,22 @@ if "env_options_overrides" in inspect.signature(_get_compile_options).parameters
     jax_compiler.get_compile_options = _compile_options
 
 
-@pytest.fixture(autouse=True)
-def quick_compile_outside_slow_tests(request):
-    """A test not marked slow compiles its programs at LLVM -O0 (see _QUICK_COMPILE)."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test not marked slow compiles at LLVM -O0 (see _QUICK_COMPILE) from its fixtures'
+    setup to their teardown. -O0 and XLA's default may round differently (the same IEEE
+    operations, fused differently), so what is compared bit for bit must come from one
+    setting: a module-scoped fixture takes the setting of the first test that asks for it."""
     global _quick_compile
-    _quick_compile = request.node.get_closest_marker("slow") is None
-    yield
-    _quick_compile = False
+    _quick_compile = item.get_closest_marker("slow") is None
+    flags = os.environ["XLA_FLAGS"]
+    if _quick_compile:
+        os.environ["XLA_FLAGS"] = f"{flags} --{'='.join(*_QUICK_COMPILE.items())}"
+    try:
+        yield
+    finally:
+        _quick_compile = False
+        os.environ["XLA_FLAGS"] = flags
 
 
 @pytest.fixture(params=[True, False], ids=["jit", "eager"])

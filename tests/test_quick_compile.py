@@ -1,7 +1,10 @@
 """The tests' compile setting (tests/conftest.py): LLVM -O0 outside the slow tests, XLA's
-default inside them, through the compile options of every program a test compiles."""
+default inside them, through the compile options of every program a test compiles and the
+XLA_FLAGS of the commands it starts."""
 
 import inspect
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +13,7 @@ from jax._src import compiler as jax_compiler
 
 QUICK = ("xla_backend_optimization_level", "0")
 
-pytestmark = pytest.mark.skipif(
+needs_overrides = pytest.mark.skipif(
     "env_options_overrides" not in inspect.signature(jax_compiler.get_compile_options).parameters,
     reason="this JAX builds compile options without overrides: every test keeps XLA's default",
 )
@@ -21,6 +24,7 @@ def overrides(**kwargs) -> list[tuple[str, str]]:
     return [tuple(pair) for pair in options.env_option_overrides]
 
 
+@needs_overrides
 def test_a_test_not_marked_slow_compiles_at_o0():
     assert QUICK in overrides()
     # A program's own compiler options still win.
@@ -38,6 +42,21 @@ def test_a_test_not_marked_slow_compiles_at_o0():
     assert jnp.allclose(quick, default, rtol=1e-6, atol=1e-6)
 
 
+def child_xla_flags() -> str:
+    """XLA_FLAGS as a command the test starts sees them."""
+    code = "import os; print(os.environ['XLA_FLAGS'])"
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+def test_a_command_started_by_a_test_not_marked_slow_compiles_at_o0():
+    assert "--xla_backend_optimization_level=0" in child_xla_flags()
+
+
 @pytest.mark.slow
+@needs_overrides
 def test_a_slow_test_compiles_with_xla_defaults():
     assert QUICK not in overrides()
+    assert "xla_backend_optimization_level" not in child_xla_flags()
+    assert "--xla_force_host_platform_device_count=8" in child_xla_flags()
