@@ -43,13 +43,13 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 # Most tests run a program once or twice, so compiling is nearly all of their time (89% over
-# the tests not marked slow: benchmarks/README.md, "The test suite's time"). LLVM's -O0 halves
-# the compile of a typical program and keeps its meaning (the same HLO, the same IEEE
-# arithmetic; only the machine code is less tuned), so those tests compile at -O0. The slow
+# the tests not marked slow: benchmarks/README.md, "The test suite's time"). LLVM's -O0 cuts XLA's
+# compile by a quarter to a half and keeps a program's meaning (the same HLO, IEEE arithmetic;
+# the machine code less tuned, so roundings may differ), so those tests compile at -O0. The slow
 # tests run long programs, which -O0 makes up to twice as slow: they, the benchmarks and users
 # keep XLA's default. A test's own programs get it through the compile options (what
 # `jax.jit(f, compiler_options=...)` sets), by the one function JAX builds them with (a JAX
-# whose function no longer takes them keeps the default: slower, same results); the commands,
+# whose function no longer takes them keeps the default everywhere, only slower); the commands,
 # notebooks and runners a test starts get it through XLA_FLAGS.
 _QUICK_COMPILE = {"xla_backend_optimization_level": "0"}
 _quick_compile = False
@@ -71,9 +71,13 @@ def pytest_runtest_protocol(item, nextitem):
     """A test not marked slow compiles at LLVM -O0 (see _QUICK_COMPILE) from its fixtures'
     setup to their teardown. -O0 and XLA's default may round differently (the same IEEE
     operations, fused differently), so what is compared bit for bit must come from one
-    setting: a module-scoped fixture takes the setting of the first test that asks for it."""
+    setting: a module-scoped fixture takes the setting of the first test that asks for it, so
+    a slow test that compares with a fixture of quick tests is marked ``quick_compile``."""
     global _quick_compile
-    _quick_compile = item.get_closest_marker("slow") is None
+    _quick_compile = (
+        item.get_closest_marker("slow") is None
+        or item.get_closest_marker("quick_compile") is not None
+    )
     flags = os.environ["XLA_FLAGS"]
     if _quick_compile:
         os.environ["XLA_FLAGS"] = f"{flags} --{'='.join(*_QUICK_COMPILE.items())}"

@@ -60,3 +60,11 @@ def test_a_slow_test_compiles_with_xla_defaults():
     assert QUICK not in overrides()
     assert "xla_backend_optimization_level" not in child_xla_flags()
     assert "--xla_force_host_platform_device_count=8" in child_xla_flags()
+
+
+@pytest.mark.slow
+@pytest.mark.quick_compile
+@needs_overrides
+def test_a_slow_test_marked_quick_compile_compiles_at_o0():
+    assert QUICK in overrides()
+    assert "--xla_backend_optimization_level=0" in child_xla_flags()

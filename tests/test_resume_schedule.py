@@ -91,8 +91,11 @@ def test_the_schedule_is_what_the_comment_says(straight):
         # Ctrl-C before the first evaluation, then between an evaluation and a checkpoint,
         # then a crash between an evaluation and the checkpoint after it.
         [(2, False, "signal"), (6, True, "signal"), (9, True, "crash")],
+        # Slow, and compiled as the quick tests that build `straight` compile it (the two
+        # compile settings round differently: tests/conftest.py).
         pytest.param(
-            [(5, False, "crash"), (7, False, "signal"), (12, True, "crash")], marks=pytest.mark.slow
+            [(5, False, "crash"), (7, False, "signal"), (12, True, "crash")],
+            marks=[pytest.mark.slow, pytest.mark.quick_compile],
         ),
     ],
 )
