@@ -100,14 +100,17 @@ def loop_chain(hlo: Hlo, instruction: str) -> list[str]:
     return chain[::-1]
 
 
-def thunk_events(trace_dir: str) -> list[dict]:
-    """The trace's events of executed thunks (named after their HLO instruction)."""
-    path = sorted(pathlib.Path(trace_dir).rglob("*.trace.json.gz"))[-1]
+def trace_events(path: pathlib.Path) -> list[dict]:
+    """All events of a profiler trace file (``*.trace.json.gz``, Chrome trace format)."""
     with gzip.open(path) as trace:
-        events = json.loads(trace.read())["traceEvents"]
+        return json.loads(trace.read())["traceEvents"]
+
+
+def thunk_events(path: pathlib.Path) -> list[dict]:
+    """The trace's events of executed thunks (named after their HLO instruction)."""
     return [
         e
-        for e in events
+        for e in trace_events(path)
         if e.get("ph") == "X"
         and not e["name"].startswith(("$", "end:"))
         and re.fullmatch(r"[\w\-]+\.\d+|[a-z_\-]+", e["name"])
@@ -166,9 +169,10 @@ def phases(
     }
 
 
-def profile(train, keys: jax.Array, config: fused_ppo.FusedPPOConfig, repeats: int) -> dict:
-    """Wall time per update unprofiled, and the phases of one profiled call."""
-    updates = config.num_updates
+def time_and_trace(train, keys: jax.Array, repeats: int, trace_dir: str):
+    """Compiles ``jax.jit(jax.vmap(train))``, calls it once, times ``repeats`` calls, then
+    profiles one call into ``trace_dir``; returns the compiled program, the times (s) and the
+    trace file."""
     compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
     jax.block_until_ready(compiled(keys))
     times = []
@@ -176,11 +180,18 @@ def profile(train, keys: jax.Array, config: fused_ppo.FusedPPOConfig, repeats: i
         start = time.perf_counter()
         jax.block_until_ready(compiled(keys))
         times.append(time.perf_counter() - start)
+    jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
+    jax.block_until_ready(compiled(keys))
+    jax.profiler.stop_trace()
+    return compiled, times, sorted(pathlib.Path(trace_dir).rglob("*.trace.json.gz"))[-1]
+
+
+def profile(train, keys: jax.Array, config: fused_ppo.FusedPPOConfig, repeats: int) -> dict:
+    """Wall time per update unprofiled, and the phases of one profiled call."""
+    updates = config.num_updates
     with tempfile.TemporaryDirectory() as trace_dir:
-        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
-        jax.block_until_ready(compiled(keys))
-        jax.profiler.stop_trace()
-        events = thunk_events(trace_dir)
+        compiled, times, path = time_and_trace(train, keys, repeats, trace_dir)
+        events = thunk_events(path)
     hlo = parse_hlo(compiled.as_text())
     return {
         "wall_us_per_update": statistics.median(times) / updates * 1e6,

@@ -19,14 +19,11 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import gzip
-import json
 import pathlib
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 import jax
 
@@ -34,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_anakin
 import fused_ppo
 from ppo_workload import machine
+from profile_anakin import time_and_trace, trace_events
 
 VARIANTS = {
     "jaxlearner anakin, evaluate=False": "anakin",
@@ -64,26 +62,14 @@ def summarize(events: list[dict], updates: int, top: int) -> None:
 
 
 def trace_one(name: str, train, keys: jax.Array, updates: int, repeats: int, out: pathlib.Path):
-    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
     stem = VARIANTS[name]
-    (out / f"{stem}.hlo.txt").write_text(compiled.as_text())
-    jax.block_until_ready(compiled(keys))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(keys))
-        times.append(time.perf_counter() - start)
     with tempfile.TemporaryDirectory() as trace_dir:
-        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
-        jax.block_until_ready(compiled(keys))
-        jax.profiler.stop_trace()
-        path = sorted(pathlib.Path(trace_dir).rglob("*.trace.json.gz"))[-1]
+        compiled, times, path = time_and_trace(train, keys, repeats, trace_dir)
         shutil.copy(path, out / f"{stem}.trace.json.gz")
-    with gzip.open(out / f"{stem}.trace.json.gz") as trace:
-        events = json.loads(trace.read())["traceEvents"]
+    (out / f"{stem}.hlo.txt").write_text(compiled.as_text())
     wall = statistics.median(times) / updates * 1e3
     print(f"\n{name}: {wall:.2f} ms per update unprofiled (median of {repeats})")
-    return events
+    return trace_events(out / f"{stem}.trace.json.gz")
 
 
 def main() -> None:
