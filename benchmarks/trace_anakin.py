@@ -11,7 +11,8 @@ purejaxrl's CartPole config, ``--updates`` updates, ``jax.jit(jax.vmap(train))``
 it writes the optimized HLO (``NAME.hlo.txt``) and the profiler's trace of one call
 (``NAME.trace.json.gz``, Chrome trace format) into ``--out``, and prints the median wall time
 per update of ``--repeats`` unprofiled calls, then per trace process (host threads, each GPU
-stream) the busy time and the events that take most of it, so a first look needs no viewer.
+stream) the busy time and the events that take most of it, and per device the idle time
+between kernels by the ops around it, so a first look needs no viewer.
 """
 
 from __future__ import annotations
@@ -61,6 +62,49 @@ def summarize(events: list[dict], updates: int, top: int) -> None:
             )
 
 
+def idle_gaps(events: list[dict], updates: int, top: int) -> None:
+    """Per device process: span, busy and idle time per update, idle time by neighbouring ops.
+
+    A latency-bound program leaves its device idle between kernels while the host launches the
+    next one; each gap is attributed to the pair (HLO op of the kernel before, of the kernel
+    after), which names the loop whose launches cost it (a kernel launched outside a command
+    buffer shows up with its own fusion's name).
+    """
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    for pid, name in names.items():
+        if "device" not in name:
+            continue
+        kernels = sorted(
+            (e for e in events if e.get("pid") == pid and e.get("ph") == "X"),
+            key=lambda e: e["ts"],
+        )
+        if not kernels:
+            continue
+        pairs: collections.Counter = collections.Counter()
+        counts: collections.Counter = collections.Counter()
+        busy, end, before = 0.0, kernels[0]["ts"], None
+        for kernel in kernels:
+            op = kernel["args"].get("hlo_op", kernel["name"])
+            if kernel["ts"] > end:
+                pairs[before, op] += kernel["ts"] - end
+                counts[before, op] += 1
+            finish = kernel["ts"] + kernel.get("dur", 0.0)
+            if finish > end:
+                busy += finish - max(kernel["ts"], end)
+                end, before = finish, op
+        span = end - kernels[0]["ts"]
+        print(
+            f"  {name}: span {span / updates / 1e3:.2f} ms per update, busy "
+            f"{busy / updates / 1e3:.2f}, idle {(span - busy) / updates / 1e3:.2f}; idle by "
+            "(op before, op after):"
+        )
+        for (first, second), micros in pairs.most_common(top):
+            print(
+                f"    {micros / updates:9.1f} us/update  {counts[first, second] / updates:7.1f} x"
+                f"  {first} -> {second}"
+            )
+
+
 def trace_one(name: str, train, keys: jax.Array, updates: int, repeats: int, out: pathlib.Path):
     stem = VARIANTS[name]
     with tempfile.TemporaryDirectory() as trace_dir:
@@ -92,6 +136,7 @@ def main() -> None:
     for name in (name for name, stem in VARIANTS.items() if stem in args.variant):
         events = trace_one(name, trains[name], keys, args.updates, args.repeats, args.out)
         summarize(events, args.updates, args.top)
+        idle_gaps(events, args.updates, args.top // 2)
 
 
 if __name__ == "__main__":
