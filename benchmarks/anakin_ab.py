@@ -1,18 +1,24 @@
-"""Piecewise schedules with and without ``jnp.interp``'s search loop, in anakin (issue 24).
+"""Anakin's program with and without one change, beside the fused reference (issue 24).
 
-Run: ``python benchmarks/schedule_loop_ab.py [--seeds 1] [--repeats 5]``. Builds anakin's PPO
-program at purejaxrl's config (``evaluate=False``) twice from the same code, once with the
-schedules' ``interpolate`` swapped for ``jnp.interp`` while it is traced (the loop) and once
-as it is (no loop), plus the fused reference (all three from ``bench_anakin.peer_trains``);
-checks the search loop is in the one compiled program and not the other and that the two
-give bit-equal outputs, then times them interleaved (A, B, reference, A, B, ...). Prints the
-medians; writes nothing.
+Run: ``python benchmarks/anakin_ab.py --change schedule-loop|backward-unroll [--seeds 1]
+[--repeats 5]``. Builds anakin's PPO program at purejaxrl's config (``evaluate=False``) twice
+from the same code, once with ``--change`` undone while it is traced and once as it is, plus
+the fused reference (all three from ``bench_anakin.peer_trains``); checks the compiled programs
+differ where the change says (so the A/B cannot compare two equal programs unnoticed) and that
+the two anakin programs give bit-equal outputs, then times them interleaved (A, B, reference,
+A, B, ...). Prints the medians; writes nothing. The changes:
+
+* ``schedule-loop``: the schedules' ``interpolate`` against ``jnp.interp`` (a search loop per
+  scheduled value per step);
+* ``backward-unroll``: GAE's backward scan at ``returns.BACKWARD_UNROLL`` steps per loop
+  iteration against one.
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -26,24 +32,46 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_anakin
 import fused_ppo
 
+from jaxlearner.algorithms.trajectories import returns
 from jaxlearner.core import schedules
 
 
-def compiled_anakin(reference, keys, with_loop: bool):
-    """Anakin's program (``bench_anakin.peer_trains``, ``evaluate=False``), its schedules
-    traced through ``jnp.interp`` when ``with_loop``. The trains are built afresh per
-    variant, so no jitted function inside keeps a trace of the other variant."""
+def loop_trips(text: str, trips: int) -> int:
+    """How many while loops of the optimized HLO ``text`` run ``trips`` times."""
+    return len(re.findall(rf'"known_trip_count":{{"n":"{trips}"}}', text))
+
+
+# name: (module, attribute, the value while the change is undone, whether a compiled program
+# with the change undone differs from one with it: text, text -> bool)
+CHANGES = {
+    "schedule-loop": (
+        schedules,
+        "interpolate",
+        lambda x, xp, fp: jnp.interp(x, xp, fp),
+        lambda undone, done: "searchsorted_scan" in undone and "searchsorted_scan" not in done,
+    ),
+    "backward-unroll": (
+        returns,
+        "BACKWARD_UNROLL",
+        1,
+        lambda undone, done: loop_trips(undone, 128) > loop_trips(done, 128),
+    ),
+}
+
+
+def compiled_anakin(reference, keys, change: str, undone: bool):
+    """Anakin's program (``bench_anakin.peer_trains``, ``evaluate=False``), traced with
+    ``change`` undone when ``undone``. The trains are built afresh per variant, so no jitted
+    function inside keeps a trace of the other variant."""
     train = bench_anakin.peer_trains(reference)["jaxlearner anakin, evaluate=False"]
-    without_loop = schedules.interpolate
-    if with_loop:
-        schedules.interpolate = lambda x, xp, fp: jnp.interp(x, xp, fp)
+    module, attribute, before, _ = CHANGES[change]
+    kept = getattr(module, attribute)
+    if undone:
+        setattr(module, attribute, before)
     try:
-        compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
+        return jax.jit(jax.vmap(train)).lower(keys).compile()
     finally:
-        schedules.interpolate = without_loop
-    searches = "searchsorted_scan" in compiled.as_text()
-    assert searches == with_loop, f"with_loop={with_loop}, but the search loop: {searches}"
-    return compiled
+        setattr(module, attribute, kept)
 
 
 def _host(leaf):
@@ -54,22 +82,25 @@ def _host(leaf):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--change", choices=sorted(CHANGES), required=True)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     reference = fused_ppo.FusedPPOConfig()
     keys = jax.random.split(jax.random.key(0), args.seeds)
     programs = {}
-    for name, with_loop in (("with the loop", True), ("without", False)):
+    for name, undone in (("before", True), ("after", False)):
         start = time.perf_counter()
-        programs[name] = compiled_anakin(reference, keys, with_loop)
+        programs[name] = compiled_anakin(reference, keys, args.change, undone)
         print(f"{name}: lower + compile {time.perf_counter() - start:.1f} s", flush=True)
+    differs = CHANGES[args.change][3]
+    assert differs(programs["before"].as_text(), programs["after"].as_text()), args.change
     start = time.perf_counter()
     train = bench_anakin.peer_trains(reference)["fused reference (purejaxrl-style)"]
     programs["reference"] = jax.jit(jax.vmap(train)).lower(keys).compile()
     print(f"reference: lower + compile {time.perf_counter() - start:.1f} s")
     outputs = {name: jax.block_until_ready(program(keys)) for name, program in programs.items()}
-    leaves = [jax.tree.leaves(outputs[name]) for name in ("with the loop", "without")]
+    leaves = [jax.tree.leaves(outputs[name]) for name in ("before", "after")]
     pairs = zip(*leaves, strict=True)
     equal = all(np.array_equal(_host(a), _host(b), equal_nan=True) for a, b in pairs)
     print("the two jaxlearner programs' outputs bit-equal:", equal)

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from helpers import maybe_jit
 
-from jaxlearner.algorithms.trajectories.returns import gae, n_step_returns, n_step_rewards, vtrace
+from jaxlearner.algorithms.trajectories.returns import (
+    BACKWARD_UNROLL,
+    gae,
+    n_step_returns,
+    n_step_rewards,
+    vtrace,
+)
 
 # Two [T=4] columns, gamma = lambda = 0.5 (so gamma * lambda = 0.25).
 # Column 0: one episode, no ends; v_t[t] = v_tm1[t + 1] and v_t[3] = 3 bootstraps the rollout end.
@@ -102,6 +108,28 @@ def test_gae_lambda_zero_gives_one_step_td_errors(jit):
     td_target = r_t + 0.9 * (1 - terminated) * v_t
     np.testing.assert_allclose(targets, td_target, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(advantages, td_target - v_tm1, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("horizon", [15, 16, 17, 40])
+def test_backward_scans_are_unrolled_and_match_the_loops_around_the_unroll(jit, horizon):
+    # The backward scans take BACKWARD_UNROLL steps per loop iteration (a whole number of
+    # iterations or not); the values stay the loops'.
+    rollout = random_rollout(seed=horizon, horizon=horizon, batch=3)
+    inputs = [x.astype(np.float32) for x in rollout]
+    advantages, _ = maybe_jit(gae, jit)(*inputs, 0.9, 0.8)
+    np.testing.assert_allclose(advantages, gae_loop(*rollout, 0.9, 0.8), rtol=1e-4, atol=1e-5)
+    r_t, v_tm1, v_t, terminated, truncated = inputs
+    fn = lambda *a: vtrace(*a, lambda_=0.8)
+    vtrace_inputs = (v_tm1, v_t, r_t, 0.9 * (1 - terminated), 0.3 * r_t)
+    vs, _ = maybe_jit(fn, jit)(*vtrace_inputs, truncated)
+    expected_vs, _ = vtrace_reference(*vtrace_inputs, truncated, 0.8, 1.0, 1.0)
+    np.testing.assert_allclose(vs, expected_vs, rtol=1e-4, atol=1e-5)
+    for jaxpr in (
+        jax.make_jaxpr(gae)(*inputs, 0.9, 0.8),
+        jax.make_jaxpr(fn)(*vtrace_inputs, truncated),
+    ):
+        scans = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
+        assert [e.params["unroll"] for e in scans] == [BACKWARD_UNROLL]
 
 
 def test_gae_traced_coefficients_compile_once():

@@ -37,8 +37,8 @@ the evaluation come from :mod:`jaxlearner.anakin.rollouts`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +55,13 @@ from jaxlearner.anakin.iteration import (
 )
 from jaxlearner.anakin.rollouts import EvaluateFn, initial_memory, make_evaluate
 from jaxlearner.core.hyperparams import check_constant, with_hyperparams
+from jaxlearner.core.one_at_a_time import one_at_a_time
+
+one_agent_at_a_time = one_at_a_time
+"""Runs the learner's init once per key under ``jax.vmap`` on the CPU.
+
+See :func:`~jaxlearner.core.one_at_a_time.one_at_a_time`.
+"""
 
 Hyperparams: TypeAlias = Mapping[str, jax.typing.ArrayLike]
 """``{name: scalar}`` as :func:`~jaxlearner.core.hyperparams.with_hyperparams` takes it."""
@@ -277,32 +284,6 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
         return run(init(key, hyperparams))
 
     return Anakin(init=init, run=run, evaluate=evaluate, train=train)
-
-
-def one_agent_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
-    """``fn(key)``, which under ``jax.vmap`` runs once per key (``lax.map``) instead of batched.
-
-    For the learner's init. Built-in models initialise their weights
-    orthogonally, through a LAPACK QR decomposition; batched over many agents
-    on the CPU, that kernel splits its batch over XLA's intra-op thread pool
-    from inside a task of the same pool, and two of them at once can leave
-    every worker waiting for the others (a deadlock seen with 16 agents on 2
-    cores). Initialising one agent after the other avoids it at a negligible
-    cost: it happens once per run.
-    """
-
-    @jax.custom_batching.custom_vmap
-    def sequential(key: jax.Array) -> Any:
-        return fn(key)
-
-    @sequential.def_vmap
-    def rule(axis_size: int, in_batched: list[Any], key: jax.Array) -> tuple[Any, Any]:
-        del axis_size
-        (batched,) = in_batched
-        out = jax.lax.map(sequential, key) if batched else sequential(key)
-        return out, jax.tree.map(lambda _: batched, out)
-
-    return sequential
 
 
 def _check_inputs(algorithm: Algorithm, env: Environment, config: AnakinConfig) -> None:

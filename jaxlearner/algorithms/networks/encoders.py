@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.algorithms.networks.convolution import Conv
+from jaxlearner.core.one_at_a_time import one_at_a_time
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": nn.tanh,
@@ -91,15 +92,13 @@ which is ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, variance ``1 / (3 fan_in)``."""
 
 
 def orthogonal(gain: float) -> nn.initializers.Initializer:
-    """flax's orthogonal initializer, one matrix after the other under ``jax.vmap``.
+    """flax's orthogonal initializer, one matrix after the other under ``jax.vmap`` on the CPU.
 
     Values are flax's, key for key. Batched (SAC's twin critics, many agents in anakin),
-    flax's initializer is one batched LAPACK QR per layer, and jaxlib 0.10's CPU kernel
-    splits such a batch over XLA's intra-op thread pool from inside a task of that pool
-    and waits: as many of them at once as the pool has threads (two on a 2-core machine;
-    the layers of one model are independent, so XLA runs them at once) wait for each other
-    forever. Under ``jax.vmap`` this one runs a ``lax.map`` of unbatched QRs instead, which
-    never wait on the pool; it happens once, at init.
+    flax's initializer is one batched QR per layer, which on the CPU can deadlock XLA's
+    thread pool (:func:`~jaxlearner.core.one_at_a_time.one_at_a_time`); there this one
+    runs a ``lax.map`` of unbatched QRs instead. On other platforms it is flax's batched
+    call. It happens once, at init.
 
     Example:
       >>> init = orthogonal(1.0)
@@ -110,19 +109,7 @@ def orthogonal(gain: float) -> nn.initializers.Initializer:
     flax_orthogonal = nn.initializers.orthogonal(gain)
 
     def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        @jax.custom_batching.custom_vmap
-        def one(key: jax.Array) -> jax.Array:
-            return flax_orthogonal(key, shape, dtype)
-
-        @one.def_vmap
-        def one_at_a_time(
-            axis_size: int, in_batched: list[bool], key: jax.Array
-        ) -> tuple[jax.Array, bool]:
-            del axis_size
-            (batched,) = in_batched
-            return (jax.lax.map(one, key) if batched else one(key)), batched
-
-        return one(key)
+        return one_at_a_time(lambda key: flax_orthogonal(key, shape, dtype))(key)
 
     return init
 

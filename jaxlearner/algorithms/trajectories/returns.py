@@ -31,6 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+BACKWARD_UNROLL = 16
+"""Time steps per iteration of the backward scans (purejaxrl's ``unroll=16``).
+
+Each step is a few elementwise operations on ``[B]`` rows; one step per loop
+iteration made a GPU launch three tiny kernels per step from the host
+(benchmarks/README.md, "Anakin on the GPU"). Unrolling changes no arithmetic.
+"""
+
 
 def gae(
     r_t: ArrayLike,
@@ -107,7 +115,9 @@ def gae(
         advantage = delta_t + trace_t * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(backward, jnp.zeros_like(delta[0]), (delta, trace), reverse=True)
+    _, advantages = jax.lax.scan(
+        backward, jnp.zeros_like(delta[0]), (delta, trace), reverse=True, unroll=BACKWARD_UNROLL
+    )
     targets = advantages + v_tm1.astype(dtype)
     if stop_target_gradients:
         return jax.lax.stop_gradient(advantages), jax.lax.stop_gradient(targets)
@@ -240,7 +250,9 @@ def vtrace(
         error = delta + trace * next_error
         return error, error
 
-    _, errors = jax.lax.scan(backward, jnp.zeros_like(deltas[0]), (deltas, traces), reverse=True)
+    _, errors = jax.lax.scan(
+        backward, jnp.zeros_like(deltas[0]), (deltas, traces), reverse=True, unroll=BACKWARD_UNROLL
+    )
     vs = errors + v_tm1
     next_vs, next_values = (jnp.concatenate([x[1:], v_t[-1:]]) for x in (vs, v_tm1))
     bootstrap = jnp.where(continues > 0, lambda_ * next_vs + (1.0 - lambda_) * next_values, v_t)
