@@ -72,11 +72,16 @@ def pytest_runtest_protocol(item, nextitem):
     setup to their teardown. -O0 and XLA's default may round differently (the same IEEE
     operations, fused differently), so what is compared bit for bit must come from one
     setting: a module-scoped fixture takes the setting of the first test that asks for it, so
-    a slow test that compares with a fixture of quick tests is marked ``quick_compile``."""
+    a slow test that compares with a fixture of quick tests is marked ``quick_compile``. A test
+    module whose quick tests run convolutions is marked ``full_optimization`` (a whole module,
+    so its fixtures and tests share one setting): -O0 makes XLA:CPU's convolutions several
+    times slower, more than it saves on their compile. ``JAXLEARNER_TESTS_QUICK_COMPILE=0``
+    turns -O0 off for a run (to measure it)."""
     global _quick_compile
-    _quick_compile = (
-        item.get_closest_marker("slow") is None
-        or item.get_closest_marker("quick_compile") is not None
+    marked = item.get_closest_marker
+    _quick_compile = os.environ.get("JAXLEARNER_TESTS_QUICK_COMPILE", "1") != "0" and (
+        (marked("slow") is None and marked("full_optimization") is None)
+        or marked("quick_compile") is not None
     )
     flags = os.environ["XLA_FLAGS"]
     if _quick_compile:

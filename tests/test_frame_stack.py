@@ -14,6 +14,9 @@ from jaxlearner.algorithms.replay import frame_stack
 from jaxlearner.algorithms.replay.off_policy import replay_init_for
 from jaxlearner.training.env_runner import EnvRunner
 
+# This module's tests run convolutions, which -O0 slows more than it saves (tests/conftest.py).
+pytestmark = pytest.mark.full_optimization
+
 STACK = 4
 
 

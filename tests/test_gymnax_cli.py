@@ -10,6 +10,9 @@ import pytest
 from jaxlearner.cli import main
 from jaxlearner.training.outputs.loggers import read_json_lines
 
+# This module's tests run convolutions, which -O0 slows more than it saves (tests/conftest.py).
+pytestmark = pytest.mark.full_optimization
+
 gymnax = pytest.importorskip("gymnax")
 
 ENV = "gymnax:Breakout-MinAtar"

@@ -1,6 +1,6 @@
 """The tests' compile setting (tests/conftest.py): LLVM -O0 outside the slow tests, XLA's
-default inside them, through the compile options of every program a test compiles and the
-XLA_FLAGS of the commands it starts."""
+default inside them and in modules marked full_optimization, through the compile options of
+every program a test compiles and the XLA_FLAGS of the commands it starts."""
 
 import inspect
 import subprocess
@@ -69,3 +69,10 @@ def test_a_slow_test_compiles_with_xla_defaults():
 def test_a_slow_test_marked_quick_compile_compiles_at_o0():
     assert QUICK in overrides()
     assert "--xla_backend_optimization_level=0" in child_xla_flags()
+
+
+@pytest.mark.full_optimization
+@needs_overrides
+def test_a_test_marked_full_optimization_compiles_with_xla_defaults():
+    assert QUICK not in overrides()
+    assert "xla_backend_optimization_level" not in child_xla_flags()
