@@ -11,7 +11,7 @@ keys, one unbatched call after the other, which never waits on the pool.
 Elsewhere (GPU, TPU) the batched call is kept: there a ``lax.map`` of 64 seeds
 launched one small QR at a time from the host, 1,792 kernels and about 90 ms
 before the first step at 64 seeds on an H200, where the batched call takes 12
-kernels (benchmarks/README.md, "Anakin on the GPU"). The choice is made per
+kernels (benchmarks/README.md, "Third sitting: the kernel-level profile"). The choice is made per
 platform when the program is lowered (``lax.platform_dependent``), so each
 compiled program holds one of the two.
 """

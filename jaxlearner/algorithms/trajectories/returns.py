@@ -36,7 +36,9 @@ BACKWARD_UNROLL = 16
 
 Each step is a few elementwise operations on ``[B]`` rows; one step per loop
 iteration made a GPU launch three tiny kernels per step from the host
-(benchmarks/README.md, "Anakin on the GPU"). Unrolling changes no arithmetic.
+(benchmarks/README.md, "Third sitting: the kernel-level profile"). The same
+operations in the same order; XLA may fuse a rollout of 16 steps or fewer,
+unrolled whole, differently (V-trace then within an ulp).
 """
 
 
