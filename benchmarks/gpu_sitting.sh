@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One sitting of the device benchmarks on a single accelerator (no fake devices):
-# bench_update, bench_group and bench_anakin (the peer comparison and the run to 475), then
-# where Anakin's GPU time goes: hlo_kernels (launches per loop body) and trace_anakin (a
-# kernel-level profile of Anakin and the fused reference, one process each), packed in
-# kernels.tgz.
+# bench_update, bench_group and bench_anakin (the peer comparison and the run to 475), the
+# A/B of GAE's unrolled backward scan (anakin_ab.py), then where Anakin's GPU time goes:
+# hlo_kernels (launches per loop body) and trace_anakin (a kernel-level profile of Anakin and
+# the fused reference, one process each), packed in kernels.tgz.
 # Each benchmark has its own time limit so a slow one cannot starve the others.
 #
 # Run from the repository root: OUT=/some/dir bash benchmarks/gpu_sitting.sh
@@ -33,6 +33,8 @@ step 75 bench_group python3 benchmarks/bench_group.py --fake-cpu-devices 0 --rep
 cp benchmarks/results/bench_group.json "$OUT/" 2>/dev/null
 step 170 bench_anakin_peer python3 benchmarks/bench_anakin.py --peer --peer-seeds 8 64 --repeats 1
 cp benchmarks/results/bench_anakin_peer.json "$OUT/" 2>/dev/null
+# GAE's backward scan, one step per iteration (before) against 16 (after), beside the reference.
+step 150 anakin_ab python3 benchmarks/anakin_ab.py --change backward-unroll --seeds 64 --repeats 5
 kernels=$(mktemp -d)
 step 120 hlo_kernels python3 benchmarks/hlo_kernels.py --what update anakin --dump "$kernels/hlo"
 for variant in anakin reference; do
