@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import maybe_jit
 
 from jaxlearner.algorithms.networks.encoders import orthogonal
 from jaxlearner.core.one_at_a_time import one_at_a_time
-from tests.helpers import maybe_jit
 
 
 def qr_of_normal(key):  # an orthogonal initialiser's work
