@@ -112,8 +112,8 @@ def test_gae_lambda_zero_gives_one_step_td_errors(jit):
 
 @pytest.mark.parametrize("horizon", [15, 40])
 def test_backward_scans_are_unrolled_and_match_the_loops_around_the_unroll(jit, horizon):
-    # The backward scans take BACKWARD_UNROLL steps per loop iteration: 15 steps are one
-    # partial iteration, 40 two whole ones and a remainder; the values stay the loops'.
+    # The backward scans take BACKWARD_UNROLL steps per loop iteration: 15 steps are unrolled
+    # whole, 40 are two iterations and a remainder; the values stay the loops'.
     rollout = random_rollout(seed=horizon, horizon=horizon, batch=3)
     inputs = [x.astype(np.float32) for x in rollout]
     advantages, _ = maybe_jit(gae, jit)(*inputs, 0.9, 0.8)
