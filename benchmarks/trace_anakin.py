@@ -40,9 +40,14 @@ VARIANTS = {
 }
 
 
+def process_names(events: list[dict]) -> dict[int, str]:
+    """``{pid: name}`` of the trace's processes (host threads, each device)."""
+    return {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+
+
 def summarize(events: list[dict], updates: int, top: int) -> None:
     """Per process: busy microseconds per update and the ``top`` event names by time."""
-    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    names = process_names(events)
     by_pid: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     counts: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for event in events:
@@ -70,7 +75,7 @@ def idle_gaps(events: list[dict], updates: int, top: int) -> None:
     after), which names the loop whose launches cost it (a kernel launched outside a command
     buffer shows up with its own fusion's name).
     """
-    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    names = process_names(events)
     for pid, name in names.items():
         if "device" not in name:
             continue
