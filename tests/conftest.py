@@ -85,7 +85,8 @@ def pytest_runtest_protocol(item, nextitem):
     )
     flags = os.environ["XLA_FLAGS"]
     if _quick_compile:
-        os.environ["XLA_FLAGS"] = f"{flags} --{'='.join(*_QUICK_COMPILE.items())}"
+        quick = " ".join(f"--{name}={value}" for name, value in _QUICK_COMPILE.items())
+        os.environ["XLA_FLAGS"] = f"{flags} {quick}"
     try:
         yield
     finally:
