@@ -1,6 +1,7 @@
 """The tests' compile setting (tests/conftest.py): LLVM -O0 outside the slow tests, XLA's
-default inside them and in modules marked full_optimization, through the compile options of
-every program a test compiles and the XLA_FLAGS of the commands it starts."""
+default inside them and in modules marked full_optimization, and XLA:CPU's older loop-fusion
+emitters in every test, through the compile options of every program a test compiles and the
+XLA_FLAGS of the commands it starts."""
 
 import inspect
 import subprocess
@@ -76,3 +77,14 @@ def test_a_slow_test_marked_quick_compile_compiles_at_o0():
 def test_a_test_marked_full_optimization_compiles_with_xla_defaults():
     assert QUICK not in overrides()
     assert "xla_backend_optimization_level" not in child_xla_flags()
+
+
+@pytest.mark.parametrize("slow", [False, pytest.param(True, marks=pytest.mark.slow)])
+@needs_overrides
+def test_every_test_compiles_without_the_mlir_fusion_emitters(slow):
+    assert ("xla_cpu_use_fusion_emitters", False) in overrides()
+    assert "--xla_cpu_use_fusion_emitters=false" in child_xla_flags()
+    # A program's own compiler options still win.
+    assert ("xla_cpu_use_fusion_emitters", True) in overrides(
+        env_options_overrides={"xla_cpu_use_fusion_emitters": True}
+    )
