@@ -171,11 +171,11 @@ def test_an_ale_id_without_ale_py_names_the_extra(capsys, monkeypatch, tmp_path)
 @pytest.mark.slow
 def test_train_checkpoint_eval_and_video_on_pong(tmp_path, capsys):
     """The command line on a real game: 2,048 env steps of DQN with the Atari preset (a small
-    buffer and warm-up), a checkpoint, an evaluation and a video of one game."""
+    buffer and warm-up), a checkpoint, an evaluation of two games and a video of one."""
     out = tmp_path / "pong"
     argv = [
         "train", "dqn", "--env", "ALE/Pong-v5", "--out", str(out), "--max-steps", "2048",
-        "--eval-every", "2048", "--no-progress",
+        "--eval-every", "2048", "--eval-episodes", "2", "--no-progress",
         "--checkpoint-every-steps", "1024", "--config", "replay_buffer_capacity=2000",
         "num_steps_sampled_before_learning_starts=1024",
     ]  # fmt: skip
@@ -183,7 +183,7 @@ def test_train_checkpoint_eval_and_video_on_pong(tmp_path, capsys):
     info = json.loads((out / "run.json").read_text())
     assert info["env"] == "ALE/Pong-v5" and info["preset"].startswith("dqn/ALE/*")
     records = read_json_lines(out / "metrics.jsonl")
-    assert records[-1]["env_steps"] == 2048 and "eval/return_mean" in records[-1]
+    assert records[-1]["env_steps"] == 2048 and records[-1]["eval/episodes"] == 2
     assert -21 <= records[-1]["eval/return_mean"] <= 21  # a game score, not a clipped one
     capsys.readouterr()
     video = tmp_path / "game.gif"

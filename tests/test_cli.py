@@ -113,6 +113,8 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["train", "ppo", "--config", "hidden_sizes=64"], "hidden_sizes takes a list like"),
         (["train", "ppo", "--checkpoint-every", "2"], "--checkpoint-every-steps N (env steps)"),
         (["train", "ppo", "--resume", "RUN"], "with the settings in its run.json; drop"),
+        (["train", "ppo", "--eval-episodes", "0"], "expected a positive integer, got '0'"),
+        (["train", "--resume", "RUN", "--eval-episodes", "3"], "drop ['--eval-episodes']"),
         (["train", "--resume", "/no/run"], "is not a run folder of 'jaxlearner train'"),
         (["train"], "give an algorithm (appo, bc, dqn, marwil, ppo, sac"),
     ],
@@ -313,6 +315,26 @@ def test_stop_reward_none_trains_the_whole_budget_and_resumes_so(tmp_path, capsy
     capsys.readouterr()
     assert main(["train", "--resume", str(out)]) == 0  # the budget is spent: nothing to do
     assert "nothing to resume" in capsys.readouterr().out
+
+
+def test_eval_episodes_sets_each_evaluation_and_the_resumed_run_keeps_it(tmp_path, capsys):
+    from jaxlearner import cli
+    from jaxlearner.cli.run_settings import run_settings
+
+    out = tmp_path / "three"
+    options = ["--max-steps", "1024", "--eval-every", "512", "--num-envs", "4", "--preset", "none"]
+    options += ["--config", "train_batch_size=256", "num_epochs=1", "hidden_sizes=[8]"]
+    argv = ["train", "ppo", "--out", str(out), *options, "--eval-episodes", "3"]
+    assert main([*argv, "--stop-reward", "none"]) == 0
+    evaluations = [r for r in read_json_lines(out / "metrics.jsonl") if "eval/episodes" in r]
+    assert [(r["env_steps"], r["eval/episodes"]) for r in evaluations] == [(512, 3), (1024, 3)]
+    info = json.loads((out / "run.json").read_text())
+    assert info["eval_episodes"] == 3
+    assert run_settings(cli.parse(["train", "--resume", str(out)])).eval_episodes == 3
+    # A run folder written before the option: its evaluations were the default's 10.
+    del info["eval_episodes"]
+    (out / "run.json").write_text(json.dumps(info))
+    assert run_settings(cli.parse(["train", "--resume", str(out)])).eval_episodes == 10
 
 
 def _shell(*argv, timeout=240):

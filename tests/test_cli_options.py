@@ -89,6 +89,7 @@ def test_eval_record_and_plot_parse_into_their_options():
         (lambda: TrainOptions(max_steps=0), "--max-steps: expected a positive integer, got 0"),
         (lambda: TrainOptions(num_envs=-2), "--num-envs: expected a positive integer, got -2"),
         (lambda: TrainOptions(eval_every=1.5), "--eval-every: expected a positive integer"),
+        (lambda: TrainOptions(eval_episodes=0), "--eval-episodes: expected a positive integer"),
         (lambda: TrainOptions(checkpoint_every_steps=0), "--checkpoint-every-steps: expected"),
         (lambda: TrainOptions(seed=-1), "--seed: expected an integer from 0 to 2**63-1, got -1"),
         (lambda: TrainOptions(seed=2**63), "--seed: expected an integer from 0 to 2**63-1"),

@@ -145,6 +145,7 @@ class TrainOptions:
       devices: a number of devices, or ``"all"``.
       num_envs: sub-environments stepped together.
       eval_every: env steps between evaluations.
+      eval_episodes: episodes per evaluation, one per evaluation environment.
       checkpoint_every_steps: env steps between periodic checkpoints.
       seed: the run's seed, from 0 to 2**63-1.
       progress: show the progress bar (``--no-progress`` turns it off).
@@ -175,6 +176,7 @@ class TrainOptions:
     devices: Devices | None = None
     num_envs: int | None = None
     eval_every: int | None = None
+    eval_episodes: int | None = None
     checkpoint_every_steps: int | None = None
     seed: int | None = None
     progress: bool = True
@@ -194,6 +196,7 @@ class TrainOptions:
         check_positive_int("--max-steps", self.max_steps)
         check_positive_int("--num-envs", self.num_envs)
         check_positive_int("--eval-every", self.eval_every)
+        check_positive_int("--eval-episodes", self.eval_episodes)
         check_positive_int("--checkpoint-every-steps", self.checkpoint_every_steps)
         check_seed("--seed", self.seed)
         if self.devices is not None and self.devices != "all":

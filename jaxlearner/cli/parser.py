@@ -135,6 +135,9 @@ def _add_train(commands: _Commands) -> argparse.ArgumentParser:
     command.add_argument("--num-envs", type=positive_int, help="sub-environments per step")
     command.add_argument("--eval-every", type=positive_int, help="env steps between evaluations")
     command.add_argument(
+        "--eval-episodes", type=positive_int, help="episodes per evaluation (default 10)"
+    )
+    command.add_argument(
         "--checkpoint-every-steps",
         type=positive_int,
         metavar="N",
@@ -423,6 +426,7 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
         devices=parse_devices(args.devices),
         num_envs=args.num_envs,
         eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes,
         checkpoint_every_steps=args.checkpoint_every_steps,
         seed=args.seed,
         progress=not args.no_progress,

@@ -41,6 +41,9 @@ from jaxlearner.training.offline.record import check_offline_dataset, read_datas
 from jaxlearner.training.outputs.loggers import require_tensorboard
 from jaxlearner.training.outputs.wandb_writer import require_wandb
 
+EVAL_EPISODES = 10
+"""Episodes per evaluation unless ``--eval-episodes`` says (the Trainer's default)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
@@ -63,6 +66,7 @@ class RunSettings:
       dataset: an offline run's ``--dataset``.
       preset: the preset row the run started from (``"ppo/HalfCheetah-v5 (rl_zoo3)"``),
         or ``None``.
+      eval_episodes: episodes per evaluation, one per evaluation environment.
     """
 
     algorithm: str
@@ -77,6 +81,7 @@ class RunSettings:
     devices: str | None
     dataset: str | None = None
     preset: str | None = None
+    eval_episodes: int = EVAL_EPISODES
 
 
 def run_settings(options: TrainOptions, step: int | None = None) -> RunSettings:
@@ -116,6 +121,7 @@ def check_resume_options(options: TrainOptions) -> None:
             ("--devices", options.devices),
             ("--num-envs", options.num_envs),
             ("--eval-every", options.eval_every),
+            ("--eval-episodes", options.eval_episodes),
             ("--checkpoint-every-steps", options.checkpoint_every_steps),
             ("--seed", options.seed),
             ("--dataset", options.dataset),
@@ -152,6 +158,7 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions, step: int | None
         devices=info.get("devices"),
         dataset=info.get("dataset"),
         preset=info.get("preset"),
+        eval_episodes=info.get("eval_episodes") or EVAL_EPISODES,  # older runs: the default
     )
 
 
@@ -194,6 +201,7 @@ def _new_settings(options: TrainOptions) -> RunSettings:
         devices=None if options.devices is None else str(options.devices),
         dataset=options.dataset,
         preset=row.name if row else None,
+        eval_episodes=options.eval_episodes or EVAL_EPISODES,
     )
 
 

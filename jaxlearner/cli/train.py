@@ -300,6 +300,7 @@ def _trainer(
                 algorithm,
                 load_dataset(settings.dataset),
                 settings.env,
+                eval_episodes=settings.eval_episodes,
                 seed=settings.seed,
                 writers=writers,
                 progress=progress,
@@ -321,7 +322,7 @@ def _trainer(
             settings.env,
             num_envs=settings.num_envs,
             iterations_per_step=iterations_per_step(settings, spi),
-            eval_episodes=EVAL_EPISODES,
+            eval_episodes=settings.eval_episodes,
             seed=settings.seed,
             writers=writers,
             progress=progress,
@@ -331,6 +332,7 @@ def _trainer(
         algorithm,
         settings.env,
         num_envs=settings.num_envs,
+        eval_episodes=settings.eval_episodes,
         seed=settings.seed,
         writers=writers,
         progress=progress,
@@ -341,10 +343,6 @@ def _trainer(
             ray_address=runners.ray_address,
         ),
     )
-
-
-EVAL_EPISODES = 10
-"""Episodes per evaluation of a ``gymnax:`` run (the Trainer's default)."""
 
 
 def iterations_per_step(settings: RunSettings, steps_per_iteration: int) -> int:
