@@ -335,6 +335,13 @@ def test_eval_episodes_sets_each_evaluation_and_the_resumed_run_keeps_it(tmp_pat
     del info["eval_episodes"]
     (out / "run.json").write_text(json.dumps(info))
     assert run_settings(cli.parse(["train", "--resume", str(out)])).eval_episodes == 10
+    # A damaged value is one line before anything runs.
+    (out / "run.json").write_text(json.dumps({**info, "eval_episodes": 0}))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--resume", str(out)])
+    assert exited.value.code == 2
+    assert "is damaged: 'eval_episodes' is 0" in capsys.readouterr().err
 
 
 def _shell(*argv, timeout=240):

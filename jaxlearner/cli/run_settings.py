@@ -145,6 +145,9 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions, step: int | None
     name, env_id = info["algorithm"], info["env"]
     defaults = DEFAULTS.get(name)
     eval_every = info.get("eval_every") or (defaults.eval_every if defaults else 10_000)
+    eval_episodes = info.get("eval_episodes", EVAL_EPISODES)  # older runs: the default
+    if type(eval_episodes) is not int or eval_episodes < 1:
+        raise UsageError(f"{run / RUN_FILE} is damaged: 'eval_episodes' is {eval_episodes!r}")
     return RunSettings(
         algorithm=name,
         env=env_id,
@@ -158,7 +161,7 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions, step: int | None
         devices=info.get("devices"),
         dataset=info.get("dataset"),
         preset=info.get("preset"),
-        eval_episodes=info.get("eval_episodes") or EVAL_EPISODES,  # older runs: the default
+        eval_episodes=eval_episodes,
     )
 
 
