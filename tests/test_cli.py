@@ -336,12 +336,13 @@ def test_eval_episodes_sets_each_evaluation_and_the_resumed_run_keeps_it(tmp_pat
     (out / "run.json").write_text(json.dumps(info))
     assert run_settings(cli.parse(["train", "--resume", str(out)])).eval_episodes == 10
     # A damaged value is one line before anything runs.
-    (out / "run.json").write_text(json.dumps({**info, "eval_episodes": 0}))
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        main(["train", "--resume", str(out)])
-    assert exited.value.code == 2
-    assert "is damaged: 'eval_episodes' is 0" in capsys.readouterr().err
+    for key, value in [("eval_episodes", 0), ("eval_every", "512"), ("checkpoint_every_steps", -1)]:
+        (out / "run.json").write_text(json.dumps({**info, key: value}))
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            main(["train", "--resume", str(out)])
+        assert exited.value.code == 2
+        assert f"is damaged: {key!r} is {value!r}" in capsys.readouterr().err
 
 
 def _shell(*argv, timeout=240):

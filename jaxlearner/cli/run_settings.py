@@ -144,10 +144,9 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions, step: int | None
     check_run_keys(run, info, types)
     name, env_id = info["algorithm"], info["env"]
     defaults = DEFAULTS.get(name)
-    eval_every = info.get("eval_every") or (defaults.eval_every if defaults else 10_000)
-    eval_episodes = info.get("eval_episodes", EVAL_EPISODES)  # older runs: the default
-    if type(eval_episodes) is not int or eval_episodes < 1:
-        raise UsageError(f"{run / RUN_FILE} is damaged: 'eval_episodes' is {eval_episodes!r}")
+    # Older runs lack these keys (or hold null): the defaults they ran with.
+    default_eval_every = defaults.eval_every if defaults else 10_000
+    eval_every = _saved_count(run, info, "eval_every", default_eval_every)
     return RunSettings(
         algorithm=name,
         env=env_id,
@@ -157,12 +156,22 @@ def _resumed_settings(run: pathlib.Path, options: TrainOptions, step: int | None
         stop_reward=info["stop_reward"],
         max_steps=info["max_steps"],
         eval_every=eval_every,
-        checkpoint_every_steps=info.get("checkpoint_every_steps") or eval_every,
+        checkpoint_every_steps=_saved_count(run, info, "checkpoint_every_steps", eval_every),
         devices=info.get("devices"),
         dataset=info.get("dataset"),
         preset=info.get("preset"),
-        eval_episodes=eval_episodes,
+        eval_episodes=_saved_count(run, info, "eval_episodes", EVAL_EPISODES),
     )
+
+
+def _saved_count(run: pathlib.Path, info: dict[str, Any], key: str, default: int) -> int:
+    """``run.json``'s positive int ``key``, or ``default`` where it is missing or null."""
+    value = info.get(key)
+    if value is None:
+        return default
+    if type(value) is not int or value < 1:
+        raise UsageError(f"{run / RUN_FILE} is damaged: {key!r} is {value!r}")
+    return value
 
 
 def _new_settings(options: TrainOptions) -> RunSettings:
