@@ -132,7 +132,7 @@ DQN_CARTPOLE = {
     "lr": 2.3e-3,
     "train_batch_size": 64,
     "training_intensity": 32,
-    "n_step": 3,
+    "n_step": 10,
     "rollout_fragment_length": 8,
     "epsilon": [[0, 1.0], [8000, 0.04]],
     "target_network_update_freq": 256,

@@ -129,7 +129,7 @@ def test_the_cartpole_ppo_row_is_what_the_command_line_used_before():
 
 def test_a_row_tuned_here_comes_first_and_origin_picks_the_zoos():
     config, row = jl.algorithms.preset("dqn", "CartPole-v1")
-    assert row.origin == "jaxlearner" and config.n_step == 3
+    assert row.origin == "jaxlearner" and config.n_step == 10
     config, row = jl.algorithms.preset("dqn", "CartPole-v1", origin="rl_zoo3")
     assert row.source == "rl_zoo3/hyperparams/dqn.yml: CartPole-v1"
     assert (config.double_q, config.dueling, config.target_network_update_freq) == (
