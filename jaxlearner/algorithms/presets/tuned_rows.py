@@ -40,8 +40,8 @@ ROWS: tuple[Preset, ...] = (
         "envs and a target copy every 256 env steps (RLlib's double-Q and dueling): to two "
         "evaluations >= 400 in a row, seeds 0-15 on a 2-core CPU, 7.7k-17.9k env steps (mean "
         "13.8k; 3-step returns 7.7k-38.4k, mean 19.4k) and no fall from 500 after it (seed 1 "
-        "to 50k, where 3-step returns fell below 270 in 13 of the last 14); RL Zoo's row took "
-        "28k-46k.",
+        "to 50k, where 3-step returns fell below 270 in 13 of the last 14); sbx with RL Zoo's "
+        "row first reached 400 after 28k-46k (seeds 0-2).",
     ),
     _tuned(
         algorithm="sac",
