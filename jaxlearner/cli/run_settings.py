@@ -40,9 +40,7 @@ from jaxlearner.training.offline.datasets import Dataset
 from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
 from jaxlearner.training.outputs.loggers import require_tensorboard
 from jaxlearner.training.outputs.wandb_writer import require_wandb
-
-EVAL_EPISODES = 10
-"""Episodes per evaluation unless ``--eval-episodes`` says (the Trainer's default)."""
+from jaxlearner.training.run_book import EVAL_EPISODES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -484,6 +484,10 @@ def check_finite(stats: Mapping[str, float], iteration: int) -> None:
         raise NonFiniteError(iteration, module, metric, stats[metric] if bad else math.nan)
 
 
+EVAL_EPISODES = 10
+"""Episodes per evaluation unless a trainer is told otherwise (RLlib's ``evaluation_duration``)."""
+
+
 def check_eval_episodes(eval_episodes: object) -> None:
     """Raises unless ``eval_episodes`` (a trainer's evaluation episodes) is a positive int.
 

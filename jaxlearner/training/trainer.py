@@ -118,7 +118,7 @@ class Trainer:
         num_envs: int = 8,
         vectorization: Literal["sync", "async"] = "sync",
         env_config: Mapping[str, Any] | None = None,
-        eval_episodes: int = 10,
+        eval_episodes: int = run_book.EVAL_EPISODES,
         seed: int = 0,
         devices: DevicesLike = None,
         writers: Sequence[Writer] = (),

@@ -119,7 +119,7 @@ class MultiAgentTrainer:
         policies_to_train: Collection[str] | None = None,
         num_envs: int = 4,
         env_config: Mapping[str, Any] | None = None,
-        eval_episodes: int = 10,
+        eval_episodes: int = run_book.EVAL_EPISODES,
         seed: int = 0,
         writers: Sequence[Writer] = (),
         state: LearnerState | None = None,

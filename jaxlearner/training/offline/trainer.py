@@ -96,7 +96,7 @@ class OfflineTrainer:
         env: EnvLike | None = None,
         *,
         env_config: Mapping[str, Any] | None = None,
-        eval_episodes: int = 10,
+        eval_episodes: int = run_book.EVAL_EPISODES,
         seed: int = 0,
         devices: DevicesLike = None,
         writers: Sequence[Writer] = (),
