@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One sitting of the device benchmarks on a single accelerator (no fake devices):
-# bench_update, bench_group and bench_anakin (the peer comparison and the run to 475), the
-# A/B of GAE's unrolled backward scan (anakin_ab.py), then where Anakin's GPU time goes:
-# hlo_kernels (launches per loop body) and trace_anakin (a kernel-level profile of Anakin and
-# the fused reference, one process each), packed in kernels.tgz.
-# Each benchmark has its own time limit so a slow one cannot starve the others.
+# One sitting of the device benchmarks on a single accelerator (no fake devices), most wanted
+# first: bench_anakin's peer comparison (with the returns each program reaches), the rollout
+# unroll (rollouts.ROLLOUT_UNROLL) against one step per iteration at 8 and 1 seeds
+# (anakin_ab.py), a kernel-level trace of Anakin (trace_anakin.py, packed in kernels.tgz), then
+# bench_update, bench_group and bench_anakin's run to 475.
+# Each benchmark has its own time limit so a slow one cannot starve the others; run under an
+# outer limit, what does not fit is cut from the end.
 #
 # Run from the repository root: OUT=/some/dir bash benchmarks/gpu_sitting.sh
 # Writes sitting.log (everything printed) and each benchmark's JSON into $OUT.
@@ -27,21 +28,20 @@ print(jax.__version__, jaxlib.__version__, flax.__version__, optax.__version__);
 print(jax.devices())"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$log"
 
+step 170 bench_anakin_peer python3 benchmarks/bench_anakin.py --peer --peer-seeds 8 64 --repeats 1
+cp benchmarks/results/bench_anakin_peer.json "$OUT/" 2>/dev/null
+for seeds in 8 1; do
+    step 110 "anakin_ab_$seeds" python3 benchmarks/anakin_ab.py --change rollout-unroll \
+        --values 1 4 --seeds "$seeds" --repeats 3
+done
+kernels=$(mktemp -d)
+step 90 trace_anakin python3 benchmarks/trace_anakin.py --seeds 64 --updates 5 \
+    --variant anakin --out "$kernels/trace"
+tar czf "$OUT/kernels.tgz" -C "$kernels" .
 step 75 bench_update python3 benchmarks/bench_update.py --repeats 7
 cp benchmarks/results/bench_update.json "$OUT/" 2>/dev/null
 step 75 bench_group python3 benchmarks/bench_group.py --fake-cpu-devices 0 --repeats 5
 cp benchmarks/results/bench_group.json "$OUT/" 2>/dev/null
-step 170 bench_anakin_peer python3 benchmarks/bench_anakin.py --peer --peer-seeds 8 64 --repeats 1
-cp benchmarks/results/bench_anakin_peer.json "$OUT/" 2>/dev/null
-# GAE's backward scan, one step per iteration (before) against 16 (after), beside the reference.
-step 150 anakin_ab python3 benchmarks/anakin_ab.py --change backward-unroll --seeds 64 --repeats 5
-kernels=$(mktemp -d)
-step 120 hlo_kernels python3 benchmarks/hlo_kernels.py --what update anakin --dump "$kernels/hlo"
-for variant in anakin reference; do
-    step 90 "trace_$variant" python3 benchmarks/trace_anakin.py --seeds 64 --updates 5 \
-        --variant "$variant" --out "$kernels/trace"
-done
-tar czf "$OUT/kernels.tgz" -C "$kernels" .
 step 120 bench_anakin python3 benchmarks/bench_anakin.py --seeds 1 32
 cp benchmarks/results/bench_anakin.json "$OUT/" 2>/dev/null
 exit 0
