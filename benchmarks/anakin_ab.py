@@ -1,17 +1,25 @@
 """Anakin's program with and without one change, beside the fused reference (issue 24).
 
-Run: ``python benchmarks/anakin_ab.py --change schedule-loop|backward-unroll [--seeds 1]
-[--repeats 5]``. Builds anakin's PPO program at purejaxrl's config (``evaluate=False``) twice
-from the same code, once with ``--change`` undone while it is traced and once as it is, plus
-the fused reference (all three from ``bench_anakin.peer_trains``); checks the compiled programs
-differ where the change says (so the A/B cannot compare two equal programs unnoticed) and that
-the two anakin programs give bit-equal outputs, then times them interleaved (A, B, reference,
-A, B, ...). Prints the medians; writes nothing. The changes:
+Run: ``python benchmarks/anakin_ab.py --change schedule-loop|backward-unroll|rollout-unroll
+[--values V ...] [--seeds 1] [--repeats 5]``. Builds anakin's PPO program at purejaxrl's config
+(``evaluate=False``) twice from the same code, once with ``--change`` undone while it is traced
+and once as it is, plus the fused reference (all three from ``bench_anakin.peer_trains``);
+checks the compiled programs differ where the change says (so the A/B cannot compare two equal
+programs unnoticed), says whether each anakin program's outputs are bit-equal to the first's,
+prints the return each program reaches (``bench_anakin.final_return``), then times them
+interleaved (A, B, reference, A, B, ...). Prints the medians; writes nothing. The changes:
 
 * ``schedule-loop``: the schedules' ``interpolate`` against ``jnp.interp`` (a search loop per
   scheduled value per step);
 * ``backward-unroll``: GAE's backward scan at ``returns.BACKWARD_UNROLL`` steps per loop
-  iteration against one.
+  iteration against one;
+* ``rollout-unroll``: the rollout's scan at ``rollouts.ROLLOUT_UNROLL`` steps per loop
+  iteration against one (on CUDA; elsewhere the two programs are the same and the script
+  says so).
+
+``--values`` sweeps the change's setting instead (one program per value, named
+``attribute=value``; the first is the one the others are checked against), e.g.
+``--change rollout-unroll --values 1 4 16``.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import bench_anakin
 import fused_ppo
 
 from jaxlearner.algorithms.trajectories import returns
+from jaxlearner.anakin import rollouts
 from jaxlearner.core import schedules
 
 
@@ -56,22 +65,41 @@ CHANGES = {
         1,
         lambda undone, done: loop_trips(undone, 128) > loop_trips(done, 128),
     ),
+    "rollout-unroll": (
+        rollouts,
+        "ROLLOUT_UNROLL",
+        1,
+        lambda undone, done: undone != done,
+    ),
 }
 
 
-def compiled_anakin(reference, keys, change: str, undone: bool):
+def compiled_anakin(reference, keys, change: str, value):
     """Anakin's program (``bench_anakin.peer_trains``, ``evaluate=False``), traced with
-    ``change`` undone when ``undone``. The trains are built afresh per variant, so no jitted
-    function inside keeps a trace of the other variant."""
+    ``change``'s attribute set to ``value`` (the code as it is where ``value`` is ``KEEP``).
+    The trains are built afresh per variant, so no jitted function inside keeps a trace of the
+    other variant."""
     train = bench_anakin.peer_trains(reference)["jaxlearner anakin, evaluate=False"]
-    module, attribute, before, _ = CHANGES[change]
+    module, attribute, _, _ = CHANGES[change]
     kept = getattr(module, attribute)
-    if undone:
-        setattr(module, attribute, before)
+    if value is not KEEP:
+        setattr(module, attribute, value)
     try:
         return jax.jit(jax.vmap(train)).lower(keys).compile()
     finally:
         setattr(module, attribute, kept)
+
+
+KEEP = object()  # compiled_anakin's value for the attribute as the code sets it
+
+
+def variants(change: str, values: list[int] | None) -> dict[str, object]:
+    """Name -> the attribute's value: "before" (undone) and "after" (as it is), or one per
+    value of a sweep."""
+    _, attribute, before, _ = CHANGES[change]
+    if not values:
+        return {"before": before, "after": KEEP}
+    return {f"{attribute}={value}": value for value in values}
 
 
 def _host(leaf):
@@ -83,27 +111,35 @@ def _host(leaf):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--change", choices=sorted(CHANGES), required=True)
+    parser.add_argument("--values", type=int, nargs="+", help="sweep the change's setting")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     reference = fused_ppo.FusedPPOConfig()
     keys = jax.random.split(jax.random.key(0), args.seeds)
     programs = {}
-    for name, undone in (("before", True), ("after", False)):
+    for name, value in variants(args.change, args.values).items():
         start = time.perf_counter()
-        programs[name] = compiled_anakin(reference, keys, args.change, undone)
+        programs[name] = compiled_anakin(reference, keys, args.change, value)
         print(f"{name}: lower + compile {time.perf_counter() - start:.1f} s", flush=True)
     differs = CHANGES[args.change][3]
-    assert differs(programs["before"].as_text(), programs["after"].as_text()), args.change
+    first, *others = list(programs)
+    for name in others:
+        assert differs(programs[first].as_text(), programs[name].as_text()), (
+            f"{args.change}: {name}'s compiled program is {first}'s (rollout-unroll applies to "
+            "CUDA only, rollouts.ROLLOUT_UNROLL)"
+        )
     start = time.perf_counter()
     train = bench_anakin.peer_trains(reference)["fused reference (purejaxrl-style)"]
     programs["reference"] = jax.jit(jax.vmap(train)).lower(keys).compile()
     print(f"reference: lower + compile {time.perf_counter() - start:.1f} s")
     outputs = {name: jax.block_until_ready(program(keys)) for name, program in programs.items()}
-    leaves = [jax.tree.leaves(outputs[name]) for name in ("before", "after")]
-    pairs = zip(*leaves, strict=True)
-    equal = all(np.array_equal(_host(a), _host(b), equal_nan=True) for a, b in pairs)
-    print("the two jaxlearner programs' outputs bit-equal:", equal)
+    for name in others:
+        pairs = zip(jax.tree.leaves(outputs[first]), jax.tree.leaves(outputs[name]), strict=True)
+        equal = all(np.array_equal(_host(a), _host(b), equal_nan=True) for a, b in pairs)
+        print(f"{name}'s outputs bit-equal to {first}'s:", equal)
+    for name, (_, metrics) in outputs.items():
+        print(f"{name}: return, last 10 updates {bench_anakin.final_return(metrics):.0f}")
     times = {name: [] for name in programs}
     for _ in range(args.repeats):
         for name, program in programs.items():

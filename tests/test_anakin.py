@@ -1,5 +1,6 @@
 """Anakin: rollouts and updates in one compiled function; seeds, sweeps, devices, plots."""
 
+import re
 import time
 
 import flax.linen as nn
@@ -214,6 +215,23 @@ def test_rollout_collects_consecutive_transitions():
     np.testing.assert_array_equal(experience["rewards"], 1.0)
     assert int(episodes["num_episodes"]) == done.sum() > 0  # a random policy falls in 40 steps
     assert float(episodes["episode_length_mean"]) == float(episodes["episode_return_mean"])
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "tpu"])
+def test_the_rollout_loop_takes_several_steps_per_iteration_on_cuda_only(platform):
+    # On a CUDA GPU each iteration of the rollout's loop is a host round trip
+    # (rollouts.ROLLOUT_UNROLL); elsewhere the loop keeps one step per iteration. Lowered
+    # for each platform here, without its device: the loop's trip count is in the program.
+    ppo = build("ppo", TINY_PPO)
+    module = ppo.learner.init(jax.random.key(0)).modules[ppo.module_id]
+    env_states, obs = jax.vmap(CARTPOLE.reset)(jax.random.split(jax.random.key(1), 3))
+    rollout = rollouts.make_rollout(ppo, CARTPOLE, num_envs=3, num_steps=40)
+    traced = jax.jit(rollout).trace(module, env_states, obs, jax.random.key(2))
+    text = traced.lower(lowering_platforms=(platform,)).as_text()
+    assert 40 % rollouts.ROLLOUT_UNROLL == 0 and rollouts.ROLLOUT_UNROLL > 1
+    trips = 40 // rollouts.ROLLOUT_UNROLL if platform == "cuda" else 40
+    scalars = set(re.findall(r"dense<(\d+)> : tensor<i32>", text))
+    assert str(trips) in scalars and not {"10", "40"} - {str(trips)} & scalars
 
 
 def test_evaluation_runs_each_environments_first_episode():
