@@ -2,8 +2,9 @@
 # One sitting of the device benchmarks on a single accelerator (no fake devices), most wanted
 # first: bench_anakin's peer comparison (with the returns each program reaches), the rollout
 # unroll (rollouts.ROLLOUT_UNROLL) against one step per iteration at 8 and 1 seeds
-# (anakin_ab.py), a kernel-level trace of Anakin (trace_anakin.py, packed in kernels.tgz), then
-# bench_update, bench_group and bench_anakin's run to 475.
+# (anakin_ab.py), a kernel-level trace of Anakin (trace_anakin.py, packed in kernels.tgz), GAE's
+# backward scan unrolled whole against 16 steps per iteration, then bench_update, bench_group and
+# bench_anakin's run to 475.
 # Each benchmark has its own time limit so a slow one cannot starve the others; run under an
 # outer limit, what does not fit is cut from the end.
 #
@@ -38,6 +39,10 @@ kernels=$(mktemp -d)
 step 90 trace_anakin python3 benchmarks/trace_anakin.py --seeds 64 --updates 5 \
     --variant anakin --out "$kernels/trace"
 tar czf "$OUT/kernels.tgz" -C "$kernels" .
+# GAE's 8 loop iterations are launched from the host (4 kernels each, too few for a CUDA graph);
+# the whole rollout in one iteration leaves no loop.
+step 110 gae_unroll python3 benchmarks/anakin_ab.py --change backward-unroll --values 16 128 \
+    --seeds 64 --repeats 3
 step 75 bench_update python3 benchmarks/bench_update.py --repeats 7
 cp benchmarks/results/bench_update.json "$OUT/" 2>/dev/null
 step 75 bench_group python3 benchmarks/bench_group.py --fake-cpu-devices 0 --repeats 5
