@@ -1,13 +1,13 @@
 """Anakin's program with and without one change, beside the fused reference (issue 24).
 
-Run: ``python benchmarks/anakin_ab.py --change schedule-loop|backward-unroll|rollout-unroll
-[--values V ...] [--seeds 1] [--repeats 5]``. Builds anakin's PPO program at purejaxrl's config
-(``evaluate=False``) twice from the same code, once with ``--change`` undone while it is traced
-and once as it is, plus the fused reference (all three from ``bench_anakin.peer_trains``);
-checks the compiled programs differ where the change says (so the A/B cannot compare two equal
-programs unnoticed), says whether each anakin program's outputs are bit-equal to the first's,
-prints the return each program reaches (``bench_anakin.final_return``), then times them
-interleaved (A, B, reference, A, B, ...). Prints the medians; writes nothing. The changes:
+Run: ``python benchmarks/anakin_ab.py --change CHANGE [--values V ...] [--seeds 1]
+[--repeats 5]``. Builds anakin's PPO program at purejaxrl's config (``evaluate=False``) twice
+from the same code, once with ``--change`` undone while it is traced and once as it is, plus
+the fused reference (all three from ``bench_anakin.peer_trains``); checks the compiled programs
+differ where the change says (so the A/B cannot compare two equal programs unnoticed), says
+whether each anakin program's outputs are bit-equal to the first's, prints the return each
+program reaches (``bench_anakin.final_return``), then times them interleaved (A, B, reference,
+A, B, ...). Prints the medians; writes nothing. The changes:
 
 * ``schedule-loop``: the schedules' ``interpolate`` against ``jnp.interp`` (a search loop per
   scheduled value per step);
@@ -15,7 +15,9 @@ interleaved (A, B, reference, A, B, ...). Prints the medians; writes nothing. Th
   iteration against one;
 * ``rollout-unroll``: the rollout's scan at ``rollouts.ROLLOUT_UNROLL`` steps per loop
   iteration against one (on CUDA; elsewhere the two programs are the same and the script
-  says so).
+  says so);
+* ``iteration-packed``: the iteration loop's metrics stored as one array per dtype
+  (``core.packing.packed_scan``) against one array per metric (``lax.scan``).
 
 ``--values`` sweeps the change's setting instead (one program per value, named
 ``attribute=value``; the first is the one the others are checked against), e.g.
@@ -26,6 +28,7 @@ interleaved (A, B, reference, A, B, ...). Prints the medians; writes nothing. Th
 from __future__ import annotations
 
 import argparse
+import importlib
 import pathlib
 import re
 import statistics
@@ -67,6 +70,16 @@ CHANGES = {
         lambda undone, done: loop_trips(undone, 128) > loop_trips(done, 128),
     ),
     "rollout-unroll": (rollouts, "ROLLOUT_UNROLL", 1, str.__ne__),
+    "iteration-packed": (
+        importlib.import_module("jaxlearner.anakin.train"),
+        "packed_scan",
+        lambda body, init, xs=None, length=None, unroll=1: jax.lax.scan(
+            body, init, xs, length=length, unroll=unroll
+        ),
+        lambda undone, done: (
+            undone.count("dynamic-update-slice") > done.count("dynamic-update-slice")
+        ),
+    ),
 }
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One sitting of the device benchmarks on a single accelerator (no fake devices), most wanted
-# first: bench_anakin's peer comparison (with the returns each program reaches), the rollout
-# unroll (rollouts.ROLLOUT_UNROLL) against one step per iteration at 8 and 1 seeds
-# (anakin_ab.py), a kernel-level trace of Anakin (trace_anakin.py, packed in kernels.tgz), GAE's
-# backward scan unrolled whole against 16 steps per iteration, then bench_update, bench_group and
-# bench_anakin's run to 475.
+# first: bench_anakin's peer comparison (with the returns each program reaches); with
+# anakin_ab.py the rollout unroll (rollouts.ROLLOUT_UNROLL) against one step per iteration at 8
+# and 1 seeds and the iteration's metrics packed against unpacked; a kernel-level trace of
+# Anakin (trace_anakin.py, packed in kernels.tgz); GAE's backward scan unrolled whole against 16
+# steps per iteration; then bench_update, bench_group and bench_anakin's run to 475.
 # Each benchmark has its own time limit so a slow one cannot starve the others; run under an
 # outer limit, what does not fit is cut from the end.
 #
@@ -35,6 +35,9 @@ for seeds in 8 1; do
     step 110 "anakin_ab_$seeds" python3 benchmarks/anakin_ab.py --change rollout-unroll \
         --values 1 4 --seeds "$seeds" --repeats 3
 done
+# The iteration loop's ~34 metrics stored as 2 arrays (core.packing.packed_scan) against one each.
+step 110 iteration_packed python3 benchmarks/anakin_ab.py --change iteration-packed --seeds 64 \
+    --repeats 3
 kernels=$(mktemp -d)
 step 90 trace_anakin python3 benchmarks/trace_anakin.py --seeds 64 --updates 5 \
     --variant anakin --out "$kernels/trace"

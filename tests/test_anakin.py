@@ -234,6 +234,23 @@ def test_the_rollout_loop_takes_several_steps_per_iteration_on_cuda_only(platfor
     assert str(trips) in scalars and not {"10", "40"} - {str(trips)} & scalars
 
 
+def test_an_iteration_stores_its_metrics_as_one_array_per_dtype():
+    # On a GPU each array the iteration loop stacks is one kernel launch per iteration; the
+    # loop's ~20 scalar metrics are stored packed (core/packing.py) and unpacked after it.
+    config = anakin.AnakinConfig(num_envs=4, num_iterations=3, evaluate=False)
+    train = anakin.make_train(build("ppo", TINY_PPO), CARTPOLE, config)
+    outer = [
+        eqn
+        for eqn in jax.make_jaxpr(train)(jax.random.key(0)).jaxpr.eqns
+        if eqn.primitive.name == "scan" and eqn.params["length"] == 3
+    ]
+    assert len(outer) == 1
+    assert len(outer[0].outvars) - outer[0].params["num_carry"] == 2  # int32 and float32
+    _, metrics = jax.jit(train)(jax.random.key(0))
+    assert len(metrics) > 15 and all(np.shape(v) == (3,) for v in metrics.values())
+    np.testing.assert_array_equal(metrics["iteration"], [1, 2, 3])
+
+
 def test_evaluation_runs_each_environments_first_episode():
     pendulum = envs.make("Pendulum-v1", max_episode_steps=20)
     ppo = build("ppo", TINY_PPO, pendulum)

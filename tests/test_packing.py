@@ -3,9 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from helpers import tree_equal
 
-from jaxlearner.core.packing import concatenate, pack, split_on_host, unpack
+from jaxlearner.core.packing import concatenate, pack, packed_scan, split_on_host, unpack
 
 
 def _outputs(x):
@@ -64,6 +65,22 @@ def test_nested_scans_of_packed_outputs_unpack_to_the_unpacked_scans(jit):
     assert tree_equal(got, want)
     assert got[1]["obs"].shape == (3, 4, 2, 3)
     np.testing.assert_array_equal(got[1]["norm"], 2.0 * xs)
+
+
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_packed_scan_is_lax_scan_bit_for_bit_storing_one_array_per_group(jit, unroll):
+    body = lambda c, x: (c * 0.5 + x, _outputs(x))
+    run = jax.jit if jit else (lambda f: f)
+    xs = jnp.linspace(0.0, 3.0, 5)
+    got = run(lambda xs: packed_scan(body, 1.0, xs, unroll=unroll))(xs)
+    want = run(lambda xs: jax.lax.scan(body, 1.0, xs, unroll=unroll))(xs)
+    assert tree_equal(got, want)
+    assert got[1]["obs"].shape == (5, 2, 3) and got[1]["one"][0].dtype == jnp.float16
+    # Without xs, as lax.scan: the body's x is None and length counts the steps.
+    counted = packed_scan(lambda c, _: (c + 1, {"c": c, "n": c * 2}), jnp.int32(0), length=3)
+    assert tree_equal(counted, (jnp.int32(3), {"c": jnp.arange(3), "n": 2 * jnp.arange(3)}))
+    jaxpr = jax.make_jaxpr(lambda xs: packed_scan(body, 1.0, xs, unroll=unroll))(xs).jaxpr
+    assert _stored_per_step(jaxpr) == [5]  # the five (shape, dtype) groups, not 7 leaves
 
 
 def _stored_per_step(jaxpr):

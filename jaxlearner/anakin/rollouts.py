@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from jaxlearner.algorithms.algorithm import Algorithm, Experience, RecurrentAct
 from jaxlearner.anakin.envs.environment import Environment, EnvState
-from jaxlearner.core.packing import Layout, pack, unpack
+from jaxlearner.core.packing import packed_scan
 from jaxlearner.core.state import ModuleState
 
 ROLLOUT_UNROLL = 4
@@ -169,9 +169,7 @@ def _make_rollout(
 ) -> Callable[..., tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]]:
     """The rollout with an optional memory: ``None`` in and out for feed-forward acts."""
 
-    layouts: list[Layout] = []  # the step's output layout, recorded while it is traced
-
-    def step(module: ModuleState, carry: tuple, key: jax.Array) -> tuple[tuple, list]:
+    def step(module: ModuleState, carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
         env_states, obs, memory = carry
         act_key, env_key = jax.random.split(key)
         actions, extras, recurrent_carry = _act(algorithm.explore, module, obs, memory, act_key)
@@ -190,25 +188,26 @@ def _make_rollout(
         # The environment reset where an episode ended: its next step is the next one's first.
         done = terminated | truncated
         memory = None if memory is None else Memory(recurrent_carry, done)
-        # One stored array per shape and dtype, not one per output (core/packing.py).
-        packed, layout = pack((transition, info["episode_return"], info["episode_length"]))
-        layouts[:] = [layout]
-        return (env_states, next_obs, memory), packed
+        return (env_states, next_obs, memory), (
+            transition,
+            info["episode_return"],
+            info["episode_length"],
+        )
 
     def rollout(
         module: ModuleState, env_states: EnvState, obs: jax.Array, memory: Any, key: jax.Array
     ) -> tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]:
-        def scan(unroll: int) -> Callable[[tuple, jax.Array], tuple[tuple, list]]:
-            return lambda carry, keys: jax.lax.scan(
+        # One stored array per shape and dtype, not one per output (core/packing.py).
+        def scan(unroll: int) -> Callable[[tuple, jax.Array], tuple[tuple, Any]]:
+            return lambda carry, keys: packed_scan(
                 lambda c, k: step(module, c, k), carry, keys, unroll=unroll
             )
 
         keys = jax.random.split(key, num_steps)
         carry = (env_states, obs, memory)
-        (env_states, obs, memory), packed = jax.lax.platform_dependent(
+        (env_states, obs, memory), (experience, returns, lengths) = jax.lax.platform_dependent(
             carry, keys, cuda=scan(ROLLOUT_UNROLL), default=scan(1)
         )
-        experience, returns, lengths = unpack(packed, layouts[0], batch_ndim=1)
         # Derived after the loop rather than stored by each step: on an accelerator every
         # array a step stores is one more kernel launch per step (benchmarks/hlo_kernels.py).
         done = experience["terminated"] | experience["truncated"]

@@ -56,6 +56,7 @@ from jaxlearner.anakin.iteration import (
 from jaxlearner.anakin.rollouts import EvaluateFn, initial_memory, make_evaluate
 from jaxlearner.core.hyperparams import check_constant, with_hyperparams
 from jaxlearner.core.one_at_a_time import one_at_a_time
+from jaxlearner.core.packing import packed_scan
 
 one_agent_at_a_time = one_at_a_time
 """Runs the learner's init once per key under ``jax.vmap`` on the CPU.
@@ -261,7 +262,7 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
     iterate = make_iterate(algorithm, rollout, learn, steps_per_iteration)
 
     def evaluate_block(state: AnakinState, _: None) -> tuple[AnakinState, tuple[Metrics, Metrics]]:
-        state, metrics = jax.lax.scan(iterate, state, None, length=interval)
+        state, metrics = packed_scan(iterate, state, length=interval)
         key, eval_key = jax.random.split(state.key)
         results = evaluate(state.learner.modules[module_id], eval_key)
         evaluation = {f"eval/{name}": value for name, value in results.items()}
@@ -271,7 +272,7 @@ def make_anakin(algorithm: Algorithm, env: Environment, config: AnakinConfig) ->
 
     def run(state: AnakinState) -> tuple[AnakinState, Metrics]:
         if not config.evaluate:  # static: no evaluation in the compiled program
-            return jax.lax.scan(iterate, state, None, length=config.num_iterations)
+            return packed_scan(iterate, state, length=config.num_iterations)
         state, (metrics, evaluation) = jax.lax.scan(
             evaluate_block, state, None, length=config.num_evals
         )

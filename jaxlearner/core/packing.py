@@ -8,6 +8,7 @@ launches of a minibatch step's 85 (``benchmarks/hlo_kernels.py``). :func:`pack`
 stacks the leaves that share a shape and dtype into one array, so the body
 stores one array per group; :func:`unpack` splits the stacked outputs again
 after the loop. Values are unchanged: stacking and indexing are exact.
+:func:`packed_scan` is ``lax.scan`` with the two around its body.
 
 :func:`concatenate` and :func:`split_on_host` do the same for a tree fetched to the host
 after every call: one 1-D array per dtype leaves the compiled call, so a step that
@@ -29,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -92,6 +94,37 @@ def unpack(arrays: list[jax.Array], layout: Layout, batch_ndim: int = 0) -> Any:
         for position, index in enumerate(members):
             leaves[index] = jnp.take(array, position, axis=batch_ndim)
     return jax.tree.unflatten(layout.treedef, leaves)
+
+
+def packed_scan(
+    body: Callable[[Any, Any], tuple[Any, Any]],
+    init: Any,
+    xs: Any = None,
+    length: int | None = None,
+    unroll: int = 1,
+) -> tuple[Any, Any]:
+    """``jax.lax.scan(body, init, xs, length, unroll=unroll)``, its per-step outputs stored packed.
+
+    The same carry and stacked outputs as ``lax.scan`` (each leaf ``[T, ...]``), bit for
+    bit; inside the loop the body's outputs are stored as one array per shape and dtype
+    (:func:`pack`), and split again after it (:func:`unpack`).
+
+    Example:
+      >>> body = lambda c, x: (c + x, {"x": x, "twice": 2 * x, "n": jnp.int32(1)})
+      >>> total, ys = packed_scan(body, 0.0, jnp.arange(3.0))
+      >>> float(total), ys["twice"].tolist(), ys["n"].shape
+      (3.0, [0.0, 2.0, 4.0], (3,))
+    """
+    layouts: list[Layout] = []  # the body's output layout, recorded while it is traced
+
+    def packed_body(carry: Any, x: Any) -> tuple[Any, list[jax.Array]]:
+        carry, outputs = body(carry, x)
+        arrays, layout = pack(outputs)
+        layouts[:] = [layout]
+        return carry, arrays
+
+    carry, stacked = jax.lax.scan(packed_body, init, xs, length=length, unroll=unroll)
+    return carry, unpack(stacked, layouts[0], batch_ndim=1)
 
 
 class FlatLayout(NamedTuple):
