@@ -83,6 +83,9 @@ CHANGES = {
 }
 
 
+KEEP = object()  # compiled_anakin's value for the attribute as the code sets it
+
+
 def compiled_anakin(reference, keys, change: str, value):
     """Anakin's program (``bench_anakin.peer_trains``, ``evaluate=False``), traced with
     ``change``'s attribute set to ``value`` (the code as it is where ``value`` is ``KEEP``).
@@ -97,9 +100,6 @@ def compiled_anakin(reference, keys, change: str, value):
         return jax.jit(jax.vmap(train)).lower(keys).compile()
     finally:
         setattr(module, attribute, kept)
-
-
-KEEP = object()  # compiled_anakin's value for the attribute as the code sets it
 
 
 def variants(change: str, values: list[int] | None) -> dict[str, object]:
@@ -124,6 +124,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.values and not isinstance(CHANGES[args.change][2], int):
+        sweepable = sorted(name for name, change in CHANGES.items() if isinstance(change[2], int))
+        parser.error(f"--values sweeps a number; {args.change} has none (sweepable: {sweepable})")
     reference = fused_ppo.FusedPPOConfig()
     keys = jax.random.split(jax.random.key(0), args.seeds)
     programs = {}
@@ -135,9 +138,9 @@ def main() -> None:
     differs = str.__ne__ if args.values else CHANGES[args.change][3]
     first, *others = list(programs)
     for name in others:
+        where = " (it changes only the CUDA program)" if args.change == "rollout-unroll" else ""
         assert differs(programs[first].as_text(), programs[name].as_text()), (
-            f"{args.change}: {name}'s compiled program is {first}'s (rollout-unroll applies to "
-            "CUDA only, rollouts.ROLLOUT_UNROLL)"
+            f"{args.change}: {name}'s compiled program is {first}'s{where}"
         )
     start = time.perf_counter()
     train = bench_anakin.peer_trains(reference)["fused reference (purejaxrl-style)"]
