@@ -33,7 +33,8 @@ ROLLOUT_UNROLL = 4
 There XLA runs the rollout's loop from the host: each iteration launches its
 kernels as one CUDA graph and reads the loop's predicate back, about 11 us of
 idle GPU per iteration at purejaxrl's CartPole config. Four steps per iteration
-made Anakin 1.3x faster on an H200 (benchmarks/README.md, "Fourth sitting").
+made Anakin 1.3x faster on an H200 (benchmarks/README.md, "Fourth sitting: the
+GAE unroll measured, then the rollout's loop unrolled").
 On other platforms the scan keeps one step per iteration: on the CPU, where a
 loop iteration costs no round trip, unrolling only lengthened the program
 (4 steps: 3.5 -> 4.3 s a call). The choice is made per platform when the
