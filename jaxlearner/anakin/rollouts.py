@@ -16,6 +16,7 @@ evaluation keeps its own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
@@ -199,15 +200,11 @@ def _make_rollout(
         module: ModuleState, env_states: EnvState, obs: jax.Array, memory: Any, key: jax.Array
     ) -> tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]:
         # One stored array per shape and dtype, not one per output (core/packing.py).
-        def scan(unroll: int) -> Callable[[tuple, jax.Array], tuple[tuple, Any]]:
-            return lambda carry, keys: packed_scan(
-                lambda c, k: step(module, c, k), carry, keys, unroll=unroll
-            )
-
+        scan = functools.partial(packed_scan, lambda carry, k: step(module, carry, k))
         keys = jax.random.split(key, num_steps)
         carry = (env_states, obs, memory)
         (env_states, obs, memory), (experience, returns, lengths) = jax.lax.platform_dependent(
-            carry, keys, cuda=scan(ROLLOUT_UNROLL), default=scan(1)
+            carry, keys, cuda=functools.partial(scan, unroll=ROLLOUT_UNROLL), default=scan
         )
         # Derived after the loop rather than stored by each step: on an accelerator every
         # array a step stores is one more kernel launch per step (benchmarks/hlo_kernels.py).
