@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import jaxlearner as jl
+from jaxlearner.core.gradients import all_finite
 from jaxlearner.core.metrics import last_update_metrics
 from jaxlearner.training.run_book import check_finite
 
@@ -84,6 +85,37 @@ def test_params_gone_infinite_are_reported_even_when_steps_are_skipped():
     state = state.replace(modules={"default_policy": module.replace(params=broken)})
     _, metrics = learner.update(state, ppo_batch())
     assert int(metrics["default_policy"]["nonfinite"]) == 1
+
+
+def _poisoned(tree, path, value):
+    """``tree`` with ``value`` written at the first element of the leaf at ``path``."""
+    leaf = tree[path]
+    return {**tree, path: leaf.ravel().at[0].set(value).reshape(leaf.shape)}
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_all_finite_checks_every_floating_leaf_of_every_dtype(jit):
+    check = jax.jit(all_finite) if jit else all_finite
+    tree = {
+        "w": jnp.ones((3, 4), jnp.float32),
+        "b": jnp.zeros((4,), jnp.bfloat16),
+        "s": jnp.asarray(2.0, jnp.float32),
+        "count": jnp.asarray(7, jnp.int32),
+    }
+    assert bool(check(tree))
+    assert bool(check({})) and bool(check((tree["count"], None)))
+    for path in ("w", "b", "s"):
+        for bad in (jnp.nan, jnp.inf, -jnp.inf):
+            assert not bool(check(_poisoned(tree, path, bad))), (path, bad)
+    # A NaN in the last leaf of a second dtype is found as in the first.
+    assert not bool(check({**tree, "c": jnp.asarray([1.0, jnp.nan], jnp.float16)}))
+
+
+def test_all_finite_is_one_reduction_per_dtype_in_the_compiled_program():
+    tree = {f"w{i}": jnp.ones((i + 1, 3)) for i in range(6)}
+    hlo = jax.jit(all_finite).lower(tree).as_text()
+    # One is_finite per dtype (here one), not one per leaf (six).
+    assert hlo.count("is_finite") == 1, hlo
 
 
 def test_the_last_update_metrics_keep_any_nonfinite():

@@ -277,9 +277,19 @@ def _with_rates(metrics: Mapping[str, Any], rates: Mapping[str, jax.Array]) -> d
 
 
 def all_finite(tree: PyTree) -> jax.Array:
-    """A bool scalar: every leaf of ``tree`` is free of NaN and Inf."""
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+    """A bool scalar: every leaf of ``tree`` is free of NaN and Inf.
+
+    The floating leaves are checked as one flat array per dtype, so a compiled
+    program holds one reduction per dtype rather than one per leaf (integers are
+    always finite).
+    """
+    flat: dict[Any, list[jax.Array]] = {}
+    for leaf in jax.tree.leaves(tree):
+        leaf = jnp.asarray(leaf)
+        if jnp.issubdtype(leaf.dtype, jnp.inexact):
+            flat.setdefault(leaf.dtype, []).append(leaf.ravel())
+    flags = [jnp.all(jnp.isfinite(jnp.concatenate(leaves))) for leaves in flat.values()]
+    return functools.reduce(jnp.logical_and, flags, jnp.asarray(True))
 
 
 def _report_nonfinite(
@@ -297,10 +307,9 @@ def _report_nonfinite(
     """
     flags = []
     for m in trained:
-        finite = all_finite(state.modules[m].params)
         losses = stacked[m].get("total_loss", stacked[ALL_MODULES].get("total_loss"))
-        if not skip_nonfinite and losses is not None:
-            finite = finite & jnp.all(jnp.isfinite(losses))
+        checked = losses if not skip_nonfinite and losses is not None else None
+        finite = all_finite((state.modules[m].params, checked))
         flags.append((~finite).astype(jnp.int32))
         metrics[m]["nonfinite"] = flags[-1]
     metrics[ALL_MODULES]["nonfinite"] = (
