@@ -12,7 +12,8 @@ A, B, ...). Prints the medians; writes nothing. The changes:
 * ``schedule-loop``: the schedules' ``interpolate`` against ``jnp.interp`` (a search loop per
   scheduled value per step);
 * ``backward-unroll``: GAE's backward scan at ``returns.BACKWARD_UNROLL`` steps per loop
-  iteration against one;
+  iteration against one (on GPU and TPU; on the CPU the two programs are the same and the
+  script says so);
 * ``rollout-unroll``: the rollout's scan at ``rollouts.ROLLOUT_UNROLL`` steps per loop
   iteration against one (on CUDA; elsewhere the two programs are the same and the script
   says so);
@@ -138,7 +139,10 @@ def main() -> None:
     differs = str.__ne__ if args.values else CHANGES[args.change][3]
     first, *others = list(programs)
     for name in others:
-        where = " (it changes only the CUDA program)" if args.change == "rollout-unroll" else ""
+        where = {
+            "rollout-unroll": " (it changes only the CUDA program)",
+            "backward-unroll": " (it changes only the GPU and TPU programs)",
+        }.get(args.change, "")
         assert differs(programs[first].as_text(), programs[name].as_text()), (
             f"{args.change}: {name}'s compiled program is {first}'s{where}"
         )

@@ -1,5 +1,7 @@
 """GAE, n-step returns and V-trace: hand-derived values, loop references, with and without jit."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -111,9 +113,10 @@ def test_gae_lambda_zero_gives_one_step_td_errors(jit):
 
 
 @pytest.mark.parametrize("horizon", [15, 40])
-def test_backward_scans_are_unrolled_and_match_the_loops_around_the_unroll(jit, horizon):
-    # The backward scans take BACKWARD_UNROLL steps per loop iteration: 15 steps are unrolled
-    # whole, 40 are two iterations and a remainder; the values stay the loops'.
+def test_backward_scans_match_the_loops_around_the_unroll(jit, horizon):
+    # On GPU and TPU the backward scans take BACKWARD_UNROLL steps per loop iteration: 15
+    # steps are unrolled whole, 40 are two iterations and a remainder; the values stay the
+    # loops' on every platform.
     rollout = random_rollout(seed=horizon, horizon=horizon, batch=3)
     inputs = [x.astype(np.float32) for x in rollout]
     advantages, _ = maybe_jit(gae, jit)(*inputs, 0.9, 0.8)
@@ -124,12 +127,26 @@ def test_backward_scans_are_unrolled_and_match_the_loops_around_the_unroll(jit, 
     vs, _ = maybe_jit(fn, jit)(*vtrace_inputs, truncated)
     expected_vs, _ = vtrace_reference(*vtrace_inputs, truncated, 0.8, 1.0, 1.0)
     np.testing.assert_allclose(vs, expected_vs, rtol=1e-4, atol=1e-5)
-    for jaxpr in (
-        jax.make_jaxpr(gae)(*inputs, 0.9, 0.8),
-        jax.make_jaxpr(fn)(*vtrace_inputs, truncated),
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "tpu"])
+def test_backward_scans_unroll_on_gpu_and_tpu_only(platform):
+    # Lowered for each platform here, without its device: the backward loop's trip count
+    # is in the program, 40 steps on the CPU, 40 // BACKWARD_UNROLL iterations elsewhere.
+    inputs = [x.astype(np.float32) for x in random_rollout(seed=1, horizon=40, batch=3)]
+    r_t, v_tm1, v_t, terminated, truncated = inputs
+    vtrace_inputs = (v_tm1, v_t, r_t, 0.9 * (1 - terminated), 0.3 * r_t, truncated)
+    assert 1 < 40 // BACKWARD_UNROLL < 39
+    rolled, unrolled = "40", str(40 // BACKWARD_UNROLL)
+    trips, other = (rolled, unrolled) if platform == "cpu" else (unrolled, rolled)
+    for fn, args in (
+        (lambda *a: gae(*a, 0.9, 0.8), inputs),
+        (lambda *a: vtrace(*a, lambda_=0.8), vtrace_inputs),
     ):
-        scans = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
-        assert [e.params["unroll"] for e in scans] == [BACKWARD_UNROLL]
+        text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+        scalars = set(re.findall(r"dense<(\d+)> : tensor<i32>", text))
+        assert text.count("stablehlo.while") == 1
+        assert trips in scalars and other not in scalars, (platform, sorted(scalars))
 
 
 def test_gae_traced_coefficients_compile_once():

@@ -24,6 +24,8 @@ loss.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -32,13 +34,18 @@ import numpy as np
 from jax.typing import ArrayLike
 
 BACKWARD_UNROLL = 16
-"""Time steps per iteration of the backward scans (purejaxrl's ``unroll=16``).
+"""Time steps per iteration of the backward scans on GPU and TPU (purejaxrl's ``unroll=16``).
 
 Each step is a few elementwise operations on ``[B]`` rows; one step per loop
 iteration made a GPU launch three tiny kernels per step from the host
 (benchmarks/README.md, "Third sitting: the kernel-level profile"). The same
 operations in the same order; XLA may fuse a rollout of 16 steps or fewer,
-unrolled whole, differently (V-trace then within an ulp).
+unrolled whole, differently (V-trace then within an ulp). On the CPU, where a
+loop's iterations cost no round trip, the scans keep one step per iteration:
+there the unroll ran no faster and compiled about 0.5 s longer in Anakin's
+program (benchmarks/README.md, "Issue 24 item 5: compile time against the
+reference, fresh processes"). The choice is made when the program is lowered
+(``lax.platform_dependent``).
 """
 
 
@@ -117,9 +124,7 @@ def gae(
         advantage = delta_t + trace_t * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(
-        backward, jnp.zeros_like(delta[0]), (delta, trace), reverse=True, unroll=BACKWARD_UNROLL
-    )
+    advantages = _backward_scan(backward, jnp.zeros_like(delta[0]), (delta, trace))
     targets = advantages + v_tm1.astype(dtype)
     if stop_target_gradients:
         return jax.lax.stop_gradient(advantages), jax.lax.stop_gradient(targets)
@@ -252,9 +257,7 @@ def vtrace(
         error = delta + trace * next_error
         return error, error
 
-    _, errors = jax.lax.scan(
-        backward, jnp.zeros_like(deltas[0]), (deltas, traces), reverse=True, unroll=BACKWARD_UNROLL
-    )
+    errors = _backward_scan(backward, jnp.zeros_like(deltas[0]), (deltas, traces))
     vs = errors + v_tm1
     next_vs, next_values = (jnp.concatenate([x[1:], v_t[-1:]]) for x in (vs, v_tm1))
     bootstrap = jnp.where(continues > 0, lambda_ * next_vs + (1.0 - lambda_) * next_values, v_t)
@@ -401,6 +404,15 @@ def n_step_returns(
     rewards, discount, index = n_step_rewards(r_t, terminated, truncated, n, gamma)
     returns = rewards + discount * jnp.take_along_axis(v_t.astype(rewards.dtype), index, axis=0)
     return jax.lax.stop_gradient(returns) if stop_target_gradients else returns
+
+
+def _backward_scan(step: Callable, init: jax.Array, xs: tuple[jax.Array, ...]) -> jax.Array:
+    """The stacked outputs of ``lax.scan(step, init, xs, reverse=True)``: one step per loop
+    iteration on the CPU, ``BACKWARD_UNROLL`` elsewhere."""
+    scan = functools.partial(jax.lax.scan, step, reverse=True)
+    unrolled = functools.partial(scan, unroll=BACKWARD_UNROLL)
+    _, outputs = jax.lax.platform_dependent(init, xs, cpu=scan, default=unrolled)
+    return outputs
 
 
 def _shift(x: jax.Array, k: int) -> jax.Array:
