@@ -235,6 +235,32 @@ def test_the_rollout_loop_takes_several_steps_per_iteration_on_cuda_only(platfor
     assert trips in scalars and other not in scalars
 
 
+class CountedSteps:
+    """An environment whose ``step`` counts the times its Python runs (each a trace)."""
+
+    def __init__(self, env):
+        self.env, self.traces = env, 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, *args):
+        self.traces += 1
+        return self.env.step(*args)
+
+
+def test_the_rollout_step_is_traced_once_for_both_platform_branches():
+    # The loop's CUDA branch (ROLLOUT_UNROLL steps per iteration) and the other platforms'
+    # call one jitted step: lowering runs the step's Python once, not once per branch.
+    env = CountedSteps(CARTPOLE)
+    ppo = build("ppo", TINY_PPO)
+    module = ppo.learner.init(jax.random.key(0)).modules[ppo.module_id]
+    env_states, obs = jax.vmap(CARTPOLE.reset)(jax.random.split(jax.random.key(1), 3))
+    rollout = rollouts.make_rollout(ppo, env, num_envs=3, num_steps=40)
+    jax.jit(rollout).trace(module, env_states, obs, jax.random.key(2)).lower()
+    assert env.traces == 1
+
+
 def test_an_iteration_stores_its_metrics_as_one_array_per_dtype():
     # On a GPU each array the iteration loop stacks is one kernel launch per iteration; the
     # loop's ~20 scalar metrics are stored packed (core/packing.py) and unpacked after it.

@@ -29,6 +29,23 @@ def test_values_are_fns_unbatched_vmapped_and_nested(jit):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), flat, expected)
 
 
+def test_fn_is_traced_once_for_the_unbatched_call_and_both_platform_branches():
+    # The CPU's loop, the accelerators' batched call and the unbatched call reuse one trace
+    # of fn (Python runs it once), so a program lowers no slower for holding two branches.
+    traces = []
+
+    def counted(key):
+        traces.append(key)
+        return qr_of_normal(key)
+
+    keys = jax.random.split(jax.random.key(1), 3)
+    fn = one_at_a_time(counted)
+    jax.jit(jax.vmap(fn)).trace(keys).lower(lowering_platforms=("cpu",))
+    assert len(traces) == 1
+    jax.jit(fn).trace(keys[0]).lower(lowering_platforms=("cuda",))
+    assert len(traces) == 1
+
+
 def qr_operands(fn, keys, platform):
     """The operand types of the QRs in ``jit(vmap(fn))(keys)`` lowered for ``platform``."""
     text = jax.jit(jax.vmap(fn)).trace(keys).lower(lowering_platforms=(platform,)).as_text()

@@ -196,11 +196,14 @@ def _make_rollout(
             info["episode_length"],
         )
 
+    # Traced once: the loop's two platform branches below reuse this trace.
+    traced_step = jax.jit(step)
+
     def rollout(
         module: ModuleState, env_states: EnvState, obs: jax.Array, memory: Any, key: jax.Array
     ) -> tuple[EnvState, jax.Array, Any, Experience, dict[str, jax.Array]]:
         # One stored array per shape and dtype, not one per output (core/packing.py).
-        scan = functools.partial(packed_scan, lambda carry, k: step(module, carry, k))
+        scan = functools.partial(packed_scan, lambda carry, k: traced_step(module, carry, k))
         keys = jax.random.split(key, num_steps)
         carry = (env_states, obs, memory)
         (env_states, obs, memory), (experience, returns, lengths) = jax.lax.platform_dependent(

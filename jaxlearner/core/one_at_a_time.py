@@ -43,9 +43,12 @@ def one_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
       (3, 2)
     """
 
+    # Traced once: both platform branches and the unbatched call reuse this trace.
+    traced = jax.jit(fn)
+
     @jax.custom_batching.custom_vmap
     def sequential(key: jax.Array) -> Any:
-        return fn(key)
+        return traced(key)
 
     @sequential.def_vmap
     def rule(axis_size: int, in_batched: list[Any], key: jax.Array) -> tuple[Any, Any]:
@@ -53,7 +56,7 @@ def one_at_a_time(fn: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
         (batched,) = in_batched
         if batched:
             out = jax.lax.platform_dependent(
-                key, cpu=lambda keys: jax.lax.map(sequential, keys), default=jax.vmap(fn)
+                key, cpu=lambda keys: jax.lax.map(sequential, keys), default=jax.vmap(traced)
             )
         else:
             out = sequential(key)
