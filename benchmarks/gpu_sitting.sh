@@ -4,7 +4,8 @@
 # anakin_ab.py the rollout unroll (rollouts.ROLLOUT_UNROLL) against one step per iteration at 8
 # and 1 seeds and the iteration's metrics packed against unpacked; a kernel-level trace of
 # Anakin (trace_anakin.py, packed in kernels.tgz); GAE's backward scan unrolled whole against 16
-# steps per iteration; then bench_update, bench_group and bench_anakin's run to 475.
+# steps per iteration; anakin_compile.py (first lower + compile, fresh processes, against the
+# reference's); then bench_update, bench_group and bench_anakin's run to 475.
 # Each benchmark has its own time limit so a slow one cannot starve the others; run under an
 # outer limit, what does not fit is cut from the end.
 #
@@ -46,6 +47,9 @@ tar czf "$OUT/kernels.tgz" -C "$kernels" .
 # the whole rollout in one iteration leaves no loop.
 step 110 gae_unroll python3 benchmarks/anakin_ab.py --change backward-unroll --values 16 128 \
     --seeds 64 --repeats 3
+# Issue 24 item 5 on the GPU: each program's first lower + compile in a fresh process.
+step 120 anakin_compile python3 benchmarks/anakin_compile.py --seeds 8 --rounds 2 \
+    --out "$OUT/anakin_compile.json"
 step 75 bench_update python3 benchmarks/bench_update.py --repeats 7
 cp benchmarks/results/bench_update.json "$OUT/" 2>/dev/null
 step 75 bench_group python3 benchmarks/bench_group.py --fake-cpu-devices 0 --repeats 5
