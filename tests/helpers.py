@@ -29,6 +29,11 @@ def maybe_jit(fn, use_jit):
 _COUNTING: list[CompileCounter] = []
 
 
+def int32_constants(stablehlo: str) -> set[str]:
+    """The int32 scalar constants of a lowered program's text (a loop's trip count among them)."""
+    return set(re.findall(r"dense<(\d+)> : tensor<i32>", stablehlo))
+
+
 def _count_compilation(event, duration, **kwargs):
     if event == "/jax/core/compile/backend_compile_duration":
         seen = (kwargs.get("fun_name", ""), threading.current_thread().name)

@@ -1,6 +1,5 @@
 """Anakin: rollouts and updates in one compiled function; seeds, sweeps, devices, plots."""
 
-import re
 import time
 
 import flax.linen as nn
@@ -10,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import DQN_CARTPOLE, assert_trees_close
+from helpers import DQN_CARTPOLE, assert_trees_close, int32_constants
 
 import jaxlearner as jl
 from jaxlearner import anakin
@@ -197,12 +196,19 @@ def test_one_agent_at_a_time_equals_the_batched_function():
 # Rollouts and evaluation.
 
 
-def test_rollout_collects_consecutive_transitions():
+def forty_step_rollout(env=CARTPOLE):
+    """A tiny PPO's rollout of 40 steps of 3 environments, and its arguments."""
     ppo = build("ppo", TINY_PPO)
     module = ppo.learner.init(jax.random.key(0)).modules[ppo.module_id]
     env_states, obs = jax.vmap(CARTPOLE.reset)(jax.random.split(jax.random.key(1), 3))
-    rollout = jax.jit(rollouts.make_rollout(ppo, CARTPOLE, num_envs=3, num_steps=40))
-    _, last_obs, experience, episodes = rollout(module, env_states, obs, jax.random.key(2))
+    rollout = rollouts.make_rollout(ppo, env, num_envs=3, num_steps=40)
+    return rollout, (module, env_states, obs, jax.random.key(2))
+
+
+def test_rollout_collects_consecutive_transitions():
+    rollout, inputs = forty_step_rollout()
+    _, _, obs, _ = inputs
+    _, last_obs, experience, episodes = jax.jit(rollout)(*inputs)
     assert experience["obs"].shape == (40, 3, 4) and experience["rewards"].shape == (40, 3)
     assert {"logp", "vf_preds", "dist_inputs", "valid"} <= set(experience)
     np.testing.assert_array_equal(experience["obs"][0], obs)
@@ -222,16 +228,12 @@ def test_the_rollout_loop_takes_several_steps_per_iteration_on_cuda_only(platfor
     # On a CUDA GPU each iteration of the rollout's loop is a host round trip
     # (rollouts.ROLLOUT_UNROLL); elsewhere the loop keeps one step per iteration. Lowered
     # for each platform here, without its device: the loop's trip count is in the program.
-    ppo = build("ppo", TINY_PPO)
-    module = ppo.learner.init(jax.random.key(0)).modules[ppo.module_id]
-    env_states, obs = jax.vmap(CARTPOLE.reset)(jax.random.split(jax.random.key(1), 3))
-    rollout = rollouts.make_rollout(ppo, CARTPOLE, num_envs=3, num_steps=40)
-    traced = jax.jit(rollout).trace(module, env_states, obs, jax.random.key(2))
-    text = traced.lower(lowering_platforms=(platform,)).as_text()
+    rollout, inputs = forty_step_rollout()
+    text = jax.jit(rollout).trace(*inputs).lower(lowering_platforms=(platform,)).as_text()
     assert 40 % rollouts.ROLLOUT_UNROLL == 0 and rollouts.ROLLOUT_UNROLL > 1
     rolled, unrolled = "40", str(40 // rollouts.ROLLOUT_UNROLL)
     trips, other = (unrolled, rolled) if platform == "cuda" else (rolled, unrolled)
-    scalars = set(re.findall(r"dense<(\d+)> : tensor<i32>", text))
+    scalars = int32_constants(text)
     assert trips in scalars and other not in scalars
 
 
@@ -253,11 +255,8 @@ def test_the_rollout_step_is_traced_once_for_both_platform_branches():
     # The loop's CUDA branch (ROLLOUT_UNROLL steps per iteration) and the other platforms'
     # call one jitted step: lowering runs the step's Python once, not once per branch.
     env = CountedSteps(CARTPOLE)
-    ppo = build("ppo", TINY_PPO)
-    module = ppo.learner.init(jax.random.key(0)).modules[ppo.module_id]
-    env_states, obs = jax.vmap(CARTPOLE.reset)(jax.random.split(jax.random.key(1), 3))
-    rollout = rollouts.make_rollout(ppo, env, num_envs=3, num_steps=40)
-    jax.jit(rollout).trace(module, env_states, obs, jax.random.key(2)).lower()
+    rollout, inputs = forty_step_rollout(env)
+    jax.jit(rollout).trace(*inputs).lower()
     assert env.traces == 1
 
 

@@ -1,12 +1,10 @@
 """GAE, n-step returns and V-trace: hand-derived values, loop references, with and without jit."""
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import maybe_jit
+from helpers import int32_constants, maybe_jit
 
 from jaxlearner.algorithms.trajectories.returns import (
     BACKWARD_UNROLL,
@@ -144,7 +142,7 @@ def test_backward_scans_unroll_on_gpu_and_tpu_only(platform):
         (lambda *a: vtrace(*a, lambda_=0.8), vtrace_inputs),
     ):
         text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)).as_text()
-        scalars = set(re.findall(r"dense<(\d+)> : tensor<i32>", text))
+        scalars = int32_constants(text)
         assert text.count("stablehlo.while") == 1
         assert trips in scalars and other not in scalars, (platform, sorted(scalars))
 

@@ -308,7 +308,7 @@ def _report_nonfinite(
     flags = []
     for m in trained:
         losses = stacked[m].get("total_loss", stacked[ALL_MODULES].get("total_loss"))
-        checked = losses if not skip_nonfinite and losses is not None else None
+        checked = None if skip_nonfinite else losses  # None has no leaves to check
         finite = all_finite((state.modules[m].params, checked))
         flags.append((~finite).astype(jnp.int32))
         metrics[m]["nonfinite"] = flags[-1]
