@@ -116,3 +116,47 @@ def test_constant_is_read_from_the_state_and_schedules_from_the_counter(jit):
     # env_steps 40 is halfway between 1.0 and 0.0.
     assert float(scheduled(jnp.asarray(0.25), counters)) == pytest.approx(0.5)
     assert float(initial_value([[0, 1.0], [80, 0.0]], "x")) == 1.0
+
+
+INITIAL_VALUES = [
+    0.25,
+    3,
+    [[0, 1e-3]],
+    [[0, 0.1], [100, 0.0]],
+    [[0, -0.0], [10, 2.5]],  # interpolate's -0.0 + 0.0 * 2.5 is +0.0
+    [[0, -0.0], [10, -2.5]],  # and -0.0 + -0.0 stays -0.0
+    [[0, -0.0]],
+    [[0, 1 / 3], [7, 1e-5], [9, 0.3]],
+    optax.linear_schedule(3e-4, 0.0, 1000),
+    optax.cosine_decay_schedule(0.7, 50),
+    optax.exponential_decay(1 / 3, 10, 0.5),
+    jl.Schedule(lambda count: 0.1 + count, counter="env_steps"),
+    jl.piecewise_schedule([[0, 2 / 3], [5, 0.0]]),
+]
+
+
+@pytest.mark.parametrize("value", INITIAL_VALUES, ids=lambda value: type(value).__name__)
+def test_initial_value_is_the_schedule_at_count_zero_and_concrete_in_a_trace(value):
+    schedule = as_schedule(value, "x")
+    by_hand = np.float32(value) if schedule is None else schedule(jnp.zeros((), jnp.int32))
+    assert np.asarray(initial_value(value, "x")).dtype == np.float32
+    assert np.asarray(initial_value(value, "x")).tobytes() == np.asarray(by_hand).tobytes()
+    # Inside a trace it is still a number (the optimizers' initial hyperparameters are floats).
+    seen = []
+    jax.jit(lambda: seen.append(float(initial_value(value, "x"))))()
+    assert np.float32(seen[0]).tobytes() == np.asarray(by_hand).tobytes()
+
+
+def test_initial_value_compiles_nothing_for_a_list_and_once_per_schedule_function():
+    from helpers import CompileCounter
+
+    decay = optax.linear_schedule(0.5, 0.1, 321)  # a schedule no other test evaluates
+    with CompileCounter() as compiles:
+        initial_value([[0, 0.5], [123, 0.25]], "x")
+        initial_value(0.5, "x")
+    assert compiles.count == 0
+    with CompileCounter() as compiles:
+        for _ in range(3):
+            initial_value(decay, "x")
+            jax.jit(lambda: initial_value(decay, "x"))()
+    assert compiles.count == 4  # the schedule at count 0 once, then each empty jit
