@@ -1,5 +1,7 @@
 """Schedules: values derived by hand, with and without jit, and validation."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -118,6 +120,14 @@ def test_constant_is_read_from_the_state_and_schedules_from_the_counter(jit):
     assert float(initial_value([[0, 1.0], [80, 0.0]], "x")) == 1.0
 
 
+@dataclasses.dataclass  # eq without frozen: no __hash__, so not a static jit argument
+class Unhashable:
+    start: float
+
+    def __call__(self, count):
+        return self.start / (1 + count)
+
+
 INITIAL_VALUES = [
     0.25,
     3,
@@ -132,6 +142,7 @@ INITIAL_VALUES = [
     optax.exponential_decay(1 / 3, 10, 0.5),
     jl.Schedule(lambda count: 0.1 + count, counter="env_steps"),
     jl.piecewise_schedule([[0, 2 / 3], [5, 0.0]]),
+    Unhashable(0.3),
 ]
 
 
