@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import maybe_jit
+from helpers import CompileCounter, maybe_jit
 
 import jaxlearner as jl
 from jaxlearner.core.schedules import as_schedule, current_value, initial_value, interpolate
@@ -159,8 +159,6 @@ def test_initial_value_is_the_schedule_at_count_zero_and_concrete_in_a_trace(val
 
 
 def test_initial_value_compiles_nothing_for_a_list_and_once_per_schedule_function():
-    from helpers import CompileCounter
-
     decay = optax.linear_schedule(0.5, 0.1, 321)  # a schedule no other test evaluates
     with CompileCounter() as compiles:
         initial_value([[0, 0.5], [123, 0.25]], "x")
