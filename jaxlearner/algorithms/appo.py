@@ -369,8 +369,7 @@ def _act(
     def act(module: ModuleState, obs: jax.Array, key: jax.Array, deterministic: bool):
         obs = norm.observation(module.extra, obs)
         dist_inputs, _ = model.apply(module.params, obs)
-        env_actions, extras = policy_actions(distribution, box, dist_inputs, key, deterministic)
-        return env_actions, {**extras, **norm.act_extras(obs)}
+        return policy_actions(distribution, box, dist_inputs, key, deterministic)
 
     return act
 
@@ -379,9 +378,9 @@ def _postprocess(length: int, norm: Normalization) -> PostprocessFn:
     """Cuts a ``[T, N]`` rollout into ``T / length * N`` rows of ``length`` steps of one env.
 
     Row ``k * N + n`` holds env ``n``'s steps ``k * length`` to ``(k + 1) * length - 1``.
-    Only the normalization statistics come from the module (observations as the act
-    function normalized them, next observations and rewards with the statistics that
-    include this batch); targets are the loss's, from the current params.
+    Only the normalization statistics come from the module: observations, next observations
+    and rewards with the statistics that include this batch, so the loss values both ends of
+    a row on one normalization; targets are the loss's, from the current params.
     """
 
     def postprocess(module: ModuleState, experience: Experience) -> Batch:

@@ -57,10 +57,11 @@ field                         default         meaning (RLlib's name where it dif
 
 With ``norm_obs`` or ``norm_reward`` the statistics are observers of the module
 (:mod:`~jaxlearner.algorithms.trajectories.normalization`): updated from each collected
-batch before postprocessing, which then normalizes the batch's observations and scales its
-rewards with them, so the loss sees what the act functions saw up to the batch's own
-update of the statistics (as brax's PPO); the act functions normalize with the statistics
-in the state they are given, frozen in evaluation.
+batch before postprocessing, which then values the batch's observations and next
+observations and scales its rewards with them (one normalization for both ends of every TD
+error, as brax's PPO), while the loss trains on the observations as the act functions
+normalized them (its first ratio is 1, as with SB3's rollout buffer); the act functions
+normalize with the statistics in the state they are given, frozen in evaluation.
 
 With ``use_lstm`` the model is recurrent
 (:func:`~jaxlearner.algorithms.networks.recurrent.recurrent_actor_critic`): the act
@@ -116,7 +117,11 @@ from jaxlearner.algorithms.objectives.ppo_objective import (
     ppo_sequence_batch_layout,
     recurrent_ppo_loss,
 )
-from jaxlearner.algorithms.trajectories.normalization import Normalization, normalization_for
+from jaxlearner.algorithms.trajectories.normalization import (
+    NORMALIZED_OBS,
+    Normalization,
+    normalization_for,
+)
 from jaxlearner.algorithms.trajectories.returns import gae
 from jaxlearner.algorithms.trajectories.sequences import chunk_sequences, chunk_starts
 from jaxlearner.core.additional_updates import adaptive_kl_coeff
@@ -408,7 +413,15 @@ def _postprocess(model: Model, config: PPOConfig, norm: Normalization) -> Postpr
         experience = norm.experience(module.extra, experience)
         steps, envs = experience["rewards"].shape
         rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
-        next_values = model.apply(module.params, rows(experience["next_obs"]))[1]
+        if norm.observations:
+            # The act's values saw the statistics before this batch: both ends of every
+            # TD error are valued here, on one normalization (Normalization.experience).
+            both = jnp.concatenate([rows(experience["obs"]), rows(experience["next_obs"])])
+            values, next_values = jnp.split(model.apply(module.params, both)[1], 2)
+            experience = {**experience, "vf_preds": values.reshape(steps, envs)}
+            experience["obs"] = experience.pop(NORMALIZED_OBS)  # the loss's first ratio is 1
+        else:
+            next_values = model.apply(module.params, rows(experience["next_obs"]))[1]
         batch = _advantages(experience, next_values.reshape(steps, envs), config)
         return jax.tree.map(rows, batch)
 
@@ -431,9 +444,15 @@ def _recurrent_postprocess(model: Model, config: PPOConfig, norm: Normalization)
         rows = lambda x: x.reshape(steps * envs, *x.shape[2:])
         state_in, is_first = experience["state_in"], experience["is_first"]
         apply = functools.partial(model.apply, module.params)
-        state_out, _ = apply(jax.tree.map(rows, state_in), rows(experience["obs"]), rows(is_first))
+        state_out, (_, values) = apply(
+            jax.tree.map(rows, state_in), rows(experience["obs"]), rows(is_first)
+        )
         not_first = jnp.zeros(steps * envs, jnp.bool_)
         next_values = apply(state_out, rows(experience["next_obs"]), not_first)[1][1]
+        if norm.observations:
+            # As in _postprocess: both ends of every TD error on one normalization.
+            experience = {**experience, "vf_preds": values.reshape(steps, envs)}
+            experience["obs"] = experience.pop(NORMALIZED_OBS)
         batch = _advantages(experience, next_values.reshape(steps, envs), config)
         # mask is 0 on padding too: chunk_sequences pads it with zeros.
         sequences, _ = chunk_sequences({**batch, "is_first": is_first}, config.max_seq_len)

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from jaxlearner.algorithms.algorithm import Algorithm, OnPolicyAlgorithm
+from jaxlearner.algorithms.trajectories.normalization import RETURN_MOMENTS
 from jaxlearner.training.env_runner import EnvRunner, Policy
 from jaxlearner.training.env_runners import ASYNCHRONOUS_ALGORITHMS, EnvRunnersConfig
 from jaxlearner.training.rollout import Rollout
@@ -84,6 +85,15 @@ def make_training_runner(
         )
     options = options or EnvRunnersConfig()
     asynchronous = is_asynchronous(algorithm, options)
+    observers = {o.name for o in algorithm.learner.specs[algorithm.module_id].observers}
+    if asynchronous and count > 1 and RETURN_MOMENTS in observers:
+        raise ValueError(
+            f"norm_reward keeps one running return per environment, but {count} asynchronous "
+            f"env runners hand over fragments of {num_envs} environments each in turn, which "
+            "would share them. Use EnvRunnersConfig(asynchronous=False) (every runner's "
+            f"environments in one batch, num_envs_per_env_runner={count * num_envs}), one "
+            "env runner, or norm_reward=False."
+        )
     from jaxlearner.training import ray_runners  # Ray only when runners are asked for
 
     return ray_runners.start_runners(

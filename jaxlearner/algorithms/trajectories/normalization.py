@@ -262,16 +262,21 @@ class Normalization:
         return {NORMALIZED_OBS: normalized_obs} if self.observations else {}
 
     def experience(self, extra: Mapping[str, Any], experience: Experience) -> Experience:
-        """On-policy experience as SB3's rollout buffer holds it: each ``obs`` as the act
-        function normalized it when it acted (its ``normalized_obs`` extra, so the loss's
-        first ratio is 1), ``next_obs`` normalized and ``rewards`` scaled with the
-        statistics that already include this batch."""
-        if not self.enabled:
-            return experience
-        out = self.batch(extra, experience, obs_keys=("next_obs",))
-        if self.observations:
-            out["obs"] = out.pop(NORMALIZED_OBS)
-        return out
+        """On-policy experience for postprocessing: ``obs`` and ``next_obs`` normalized and
+        ``rewards`` scaled with one set of statistics, those that already include this batch
+        (brax's PPO), so every value a return or advantage is built from sees its input
+        normalized alike; the act function's own normalization stays in its
+        ``normalized_obs`` extra (:data:`NORMALIZED_OBS`), for a loss whose first ratio
+        should be 1 (SB3's rollout buffer keeps what the policy acted on).
+
+        Why one set: the act normalized with the statistics before this batch, so its
+        values ``vf_preds`` and a ``next_obs`` normalized with the new statistics are
+        two functions of the state. With several environments stepping in lockstep the
+        statistics move far between two batches (each holds the same stretch of every
+        episode), and advantages built from the two broke PPO on Acrobot with 16
+        environments (issue 54).
+        """
+        return self.batch(extra, experience)
 
     def batch(
         self,
