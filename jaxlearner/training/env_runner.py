@@ -4,7 +4,8 @@ The :class:`EnvRunner` steps a ``gymnasium.vector.VectorEnv`` with a pure
 policy ``policy(params, obs, key) -> (actions, extras)``, jitted once. Per step
 the observations go to the device and the actions come back (the environment
 lives on the host); everything else the policy returns (log-probabilities,
-values) stays on the device and is stacked once per rollout.
+values) stays on the device until the rollout ends, and is stacked once per rollout
+(:func:`~jaxlearner.training.rollout.stack_steps`).
 
 Autoreset: gymnasium 1.x vector envs reset a finished sub-environment either
 in the same step (``SAME_STEP``: the returned observation is already the next
@@ -53,7 +54,7 @@ from jaxlearner.training.env_state import (
     encode_array,
     restore_layers,
 )
-from jaxlearner.training.rollout import HOST_COLUMNS, Rollout
+from jaxlearner.training.rollout import HOST_COLUMNS, Rollout, stack_steps
 from jaxlearner.training.vector_env import EnvLike, make_vector_env
 from jaxlearner.types import Params
 
@@ -269,7 +270,7 @@ class EnvRunner:
         stacked = {name: np.stack(values) for name, values in columns.items()}
         return Rollout(
             **stacked,
-            extras=_stack_on_device(extras),
+            extras=stack_steps(extras),
             last_obs=self._obs,
             episode_returns=episode_returns,
             episode_lengths=episode_lengths,
@@ -367,12 +368,6 @@ def _split_key_data(key: jax.Array, num: int) -> jax.Array:
     keys = jax.random.split(key, num)
     typed = jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
     return jax.random.key_data(keys) if typed else keys
-
-
-def _stack_on_device(extras: list[Mapping[str, Any]]) -> dict[str, jax.Array]:
-    if not extras or not extras[0]:
-        return {}
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *[dict(e) for e in extras])
 
 
 def evaluate(

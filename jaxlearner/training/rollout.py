@@ -8,6 +8,7 @@ module's observers, read; :func:`experience_shapes` says what it will hold befor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -26,6 +27,26 @@ HOST_COLUMNS: tuple[str, ...] = (
 )
 """The host columns of a rollout, as :class:`Rollout` names them (its ``[T, N]`` numpy
 arrays; the runners stack them step by step, the Ray runners concatenate them)."""
+
+
+def stack_steps(steps: Sequence[Mapping[str, Any]]) -> dict[str, jax.Array]:
+    """The act function's extras of ``T`` steps, ``[N, ...]`` device arrays each, as
+    ``{name: [T, N, ...]}`` device arrays.
+
+    The steps come to the host in one transfer, are stacked there and go back in one:
+    ``jnp.stack`` of ``T`` arrays would compile a concatenation of ``T`` operands, whose
+    compile time grows faster than ``T`` (9 s for 4,096 one-env steps on a 2-core CPU, once
+    per extra), where a host stack compiles nothing.
+
+    Example:
+      >>> steps = [{"logp": jax.numpy.zeros(2)}, {"logp": jax.numpy.ones(2)}]
+      >>> stack_steps(steps)["logp"].shape
+      (2, 2)
+    """
+    if not steps or not steps[0]:
+        return {}
+    host = jax.device_get([dict(step) for step in steps])
+    return jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *host))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +134,8 @@ def experience_shapes(
     else:
         actions, extras = jax.eval_shape(policy, params, obs, key)
 
-    def steps(x: Any, weak: bool = False) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct((num_steps, *x.shape), x.dtype, weak_type=weak)
+    def steps(x: Any) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((num_steps, *x.shape), x.dtype)
 
     flags = jax.ShapeDtypeStruct((num_steps, n), np.bool_)
     return {
@@ -125,5 +146,5 @@ def experience_shapes(
         "truncated": flags,
         "next_obs": steps(obs),
         "valid": flags,
-        **jax.tree.map(lambda x: steps(x, x.weak_type), dict(extras)),
+        **jax.tree.map(steps, dict(extras)),  # stacked on the host: never weakly typed
     }

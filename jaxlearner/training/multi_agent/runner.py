@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias, final
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.core.state import ModuleState
@@ -37,7 +36,7 @@ from jaxlearner.training.env_state import (
     restore_layers,
 )
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
-from jaxlearner.training.rollout import HOST_COLUMNS
+from jaxlearner.training.rollout import HOST_COLUMNS, stack_steps
 
 MultiAgentPolicy: TypeAlias = Callable[
     [Mapping[str, ModuleState], Mapping[str, jax.Array], jax.Array],
@@ -197,7 +196,7 @@ class MultiAgentEnvRunner:
         experience = {
             m: {
                 **{name: np.stack(values) for name, values in columns[m].items()},
-                **_stack_on_device(extras[m]),
+                **stack_steps(extras[m]),
             }
             for m in self._groups
         }
@@ -339,9 +338,3 @@ def _as_obs(obs: Any) -> np.ndarray:
     """An observation as a numpy array, float64 narrowed to float32 (JAX's default)."""
     obs = np.asarray(obs)
     return obs.astype(np.float32) if obs.dtype == np.float64 else obs
-
-
-def _stack_on_device(extras: list[Mapping[str, Any]]) -> dict[str, jax.Array]:
-    if not extras or not extras[0]:
-        return {}
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *[dict(e) for e in extras])
