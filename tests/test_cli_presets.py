@@ -123,3 +123,44 @@ def test_train_help_says_presets_apply(capsys):
     out = capsys.readouterr().out
     assert "--preset {auto,none,rl_zoo3,jaxlearner,published}" in out
     assert "every 2048 env steps; preset ppo/CartPole-v1 (rl_zoo3)" in " ".join(out.split())
+
+
+def test_max_steps_stretches_an_rl_zoo_rows_schedules_as_its_n_does():
+    row = algorithms.presets.preset_row("ppo", "CartPole-v1")
+    assert row.origin == "rl_zoo3" and row.max_steps == 100_000
+    assert row.config["lr"] == ((0, 1e-3), (100_000, 0.0))
+    settings = _settings("ppo", "--max-steps", "20000")
+    # SB3's lin_X is X * progress_remaining: 0 at the run's own budget.
+    assert settings.config["lr"] == ((0, 1e-3), (20_000, 0.0))
+    assert settings.config["clip_param"] == ((0, 0.2), (20_000, 0.0))
+    assert settings.scaled_schedules.fields == ("lr", "clip_param")
+    assert settings.scaled_schedules.preset_max_steps == 100_000
+    # A --config value is the user's: kept, and not named as stretched.
+    own = _settings("ppo", "--max-steps", "20000", "--config", "lr=[[0,3e-4],[5000,1e-4]]")
+    assert own.config["lr"] == [[0, 3e-4], [5000, 1e-4]]
+    assert own.scaled_schedules.fields == ("clip_param",)
+    # DQN's exploration_fraction is of the budget too (0.2 of 120k, then of 60k).
+    dqn = _settings("dqn", "--env", "MountainCar-v0", "--max-steps", "60000")
+    assert dqn.config["epsilon"] == ((0, 1.0), (12_000, 0.07))
+    # The budget as is, --keep-schedules, and a row tuned here in env steps: as written.
+    assert _settings("ppo").scaled_schedules is None
+    kept = _settings("ppo", "--max-steps", "20000", "--keep-schedules")
+    assert kept.config["lr"] == row.config["lr"] and kept.scaled_schedules is None
+    tuned = _settings("dqn", "--max-steps", "20000")
+    assert tuned.config["epsilon"] == ((0, 1.0), (8000, 0.04)) and tuned.scaled_schedules is None
+
+
+def test_the_run_header_says_the_schedules_were_stretched(capsys, tmp_path):
+    argv = ["train", "ppo", "--max-steps", "256", "--eval-every", "256", "--no-progress"]
+    argv += ["--config", "train_batch_size=256", "hidden_sizes=[8]"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "The preset's schedules (lr, clip_param) run over --max-steps 256 env steps instead of "
+        "its 100,000, as RL Zoo's -n runs them; --keep-schedules keeps them as written."
+    ) in out
+    assert main([*argv, "--keep-schedules", "--out", str(tmp_path / "b")]) == 0
+    assert "schedules" not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--resume", str(tmp_path / "a"), "--keep-schedules"])
+    assert exited.value.code == 2 and "drop ['--keep-schedules']" in capsys.readouterr().err

@@ -154,6 +154,8 @@ class TrainOptions:
         says online or offline).
       cache: the compilation cache.
       preset: which preset row to start from, one of :data:`PRESET_CHOICES`.
+      keep_schedules: with ``max_steps`` other than an RL Zoo row's budget, keep the row's
+        schedules as written instead of stretching them to ``max_steps``.
       runners: where rollouts are collected (``--env-runners``; with ``--resume`` too: the
         runners start fresh environments).
 
@@ -184,6 +186,7 @@ class TrainOptions:
     wandb: bool = False
     cache: CacheOptions = CacheOptions()
     preset: str = "auto"
+    keep_schedules: bool = False
     runners: RunnerOptions = RunnerOptions()
 
     def __post_init__(self) -> None:

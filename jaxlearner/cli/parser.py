@@ -192,6 +192,13 @@ def _add_stop_options(command: argparse.ArgumentParser) -> None:
         "ends at the first multiple of its iteration's env steps at or past it (the run "
         "prints that count when it starts)",
     )
+    command.add_argument(
+        "--keep-schedules",
+        action="store_true",
+        help="with --max-steps other than an RL Zoo preset's budget, keep the preset's "
+        "schedules (lin_ learning rates and clip ranges, DQN's exploration) as written; by "
+        "default they run over --max-steps, as RL Zoo's -n runs them",
+    )
 
 
 def _add_output_options(command: argparse.ArgumentParser) -> None:
@@ -434,6 +441,7 @@ def _train_options(args: argparse.Namespace) -> TrainOptions:
         wandb=args.wandb,
         cache=_cache_options(args),
         preset=args.preset,
+        keep_schedules=args.keep_schedules,
         runners=RunnerOptions(
             env_runners=args.env_runners,
             cpus_per_env_runner=args.cpus_per_env_runner,

@@ -44,6 +44,20 @@ from jaxlearner.training.run_book import EVAL_EPISODES
 
 
 @dataclasses.dataclass(frozen=True)
+class ScaledSchedules:
+    """An RL Zoo preset's schedules stretched to ``--max-steps``, as RL Zoo's ``-n`` does
+    (:meth:`~jaxlearner.algorithms.presets.Preset.with_budget`).
+
+    Attributes:
+      fields: the config fields whose schedules were stretched (none that ``--config`` set).
+      preset_max_steps: the preset's own budget, which the schedules were written for.
+    """
+
+    fields: tuple[str, ...]
+    preset_max_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSettings:
     """What ``run.json`` records: enough to rebuild the trainer for ``--resume``.
 
@@ -65,6 +79,7 @@ class RunSettings:
       preset: the preset row the run started from (``"ppo/HalfCheetah-v5 (rl_zoo3)"``),
         or ``None``.
       eval_episodes: episodes per evaluation, one per evaluation environment.
+      scaled_schedules: the preset's schedules stretched to ``max_steps``, or ``None``.
     """
 
     algorithm: str
@@ -80,6 +95,7 @@ class RunSettings:
     dataset: str | None = None
     preset: str | None = None
     eval_episodes: int = EVAL_EPISODES
+    scaled_schedules: ScaledSchedules | None = None
 
 
 def run_settings(options: TrainOptions, step: int | None = None) -> RunSettings:
@@ -124,6 +140,7 @@ def check_resume_options(options: TrainOptions) -> None:
             ("--seed", options.seed),
             ("--dataset", options.dataset),
             ("--preset", None if options.preset == "auto" else options.preset),
+            ("--keep-schedules", options.keep_schedules or None),
         ]
         if value is not None
     ]
@@ -192,6 +209,12 @@ def _new_settings(options: TrainOptions) -> RunSettings:
         raise UsageError(str(error)) from None
     _check_sequences(recipe.config_type, overrides)
     row = _preset(name, env_id, options.preset)
+    scaled = None
+    if row is not None and options.max_steps not in (None, row.max_steps):
+        fields = [f for f in row.schedules if f not in overrides]
+        if fields and row.origin == "rl_zoo3" and not options.keep_schedules:
+            scaled = ScaledSchedules(tuple(fields), row.max_steps)
+            row = row.with_budget(options.max_steps)
     num_envs = options.num_envs or (row.num_envs if row else 8)
     stop_reward = None if options.stop_reward == "none" else options.stop_reward
     if options.stop_reward is None:
@@ -212,6 +235,7 @@ def _new_settings(options: TrainOptions) -> RunSettings:
         dataset=options.dataset,
         preset=row.name if row else None,
         eval_episodes=options.eval_episodes or EVAL_EPISODES,
+        scaled_schedules=scaled,
     )
 
 

@@ -39,6 +39,24 @@ def budget_line(settings: RunSettings, per_iteration: int, unit: str = "env step
     return f"Stops at two evaluations in a row >= {settings.stop_reward:g} or at {steps}."
 
 
+def schedules_line(settings: RunSettings) -> str:
+    """What became of an RL Zoo preset's schedules under ``--max-steps``, e.g. ``"The preset's
+    schedules (lr, clip_param) run over --max-steps 20,000 env steps instead of its 100,000,
+    as RL Zoo's -n runs them; --keep-schedules keeps them as written."``
+
+    Example:
+      >>> schedules_line(settings)  # doctest: +SKIP
+    """
+    scaled = settings.scaled_schedules
+    if scaled is None:
+        return "The preset's schedules run as written."
+    return (
+        f"The preset's schedules ({', '.join(scaled.fields)}) run over --max-steps "
+        f"{settings.max_steps:,} env steps instead of its {scaled.preset_max_steps:,}, as RL "
+        "Zoo's -n runs them; --keep-schedules keeps them as written."
+    )
+
+
 def verdict(settings: RunSettings, history: Sequence[Mapping[str, float]]) -> str:
     """Whether the run reached its stop reward, and a hint when it did not.
 

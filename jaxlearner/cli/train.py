@@ -58,7 +58,7 @@ from jaxlearner.cli.run_settings import (
     load_dataset,
     run_settings,
 )
-from jaxlearner.cli.summary import budget_line, done_text
+from jaxlearner.cli.summary import budget_line, done_text, schedules_line
 from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.folder_lock import FolderLock
@@ -395,6 +395,8 @@ def _run(
         else trainer.env_steps_per_iteration
     )
     print(budget_line(settings, per_iteration, steps), flush=True)
+    if options.resume is None and settings.scaled_schedules is not None:
+        print(schedules_line(settings), flush=True)
     with _Interrupted(trainer) as interrupted:
         trainer.run(
             conditions, steps_per_eval=settings.eval_every, on_iteration=save, evaluate_at_end=True

@@ -16,7 +16,8 @@ SB3 / RL Zoo                           jaxlearner
 =====================================  =============================================================
 ``n_envs``                             the row's ``num_envs`` (sub-environments stepped together)
 ``n_timesteps``                        the row's ``max_steps`` (the budget; ``lin_`` schedules end
-                                       there)
+                                       there; ``-n`` is ``--max-steps``, which stretches them:
+                                       :meth:`Preset.with_budget`)
 ``n_steps`` (per env)                  PPO: ``train_batch_size = n_steps * n_envs``
 ``batch_size``                         PPO: ``minibatch_size`` (at most the rollout, as SB3 takes
                                        it); SAC, DQN: ``train_batch_size`` (rows per update)

@@ -101,6 +101,38 @@ class Preset:
         """``"ALGORITHM/ENV_ID (ORIGIN)"``, as run.json and ``jaxlearner presets`` show it."""
         return f"{self.algorithm}/{self.env_id} ({self.origin})"
 
+    @property
+    def schedules(self) -> tuple[str, ...]:
+        """The config fields that are schedules over env steps (``((step, value), ...)``)."""
+        return tuple(name for name, value in self.config.items() if _is_schedule(value))
+
+    def with_budget(self, max_steps: int) -> Preset:
+        """This row trained for ``max_steps`` env steps, as RL Zoo's ``-n`` trains its rows.
+
+        SB3's schedules (``lin_X``, DQN's ``exploration_fraction``) follow the progress
+        through the budget, so an RL Zoo row's schedules are stretched or shrunk to the new
+        budget (each step of a ``((step, value), ...)`` schedule times
+        ``max_steps / self.max_steps``, rounded). Rows tuned here or taken from another
+        published configuration write their schedules in env steps, as their sources do, and
+        keep them; so does every field that is not a schedule.
+
+        Raises:
+          ValueError: for a ``max_steps`` that is not a positive int.
+
+        Example:
+          >>> row = jl.algorithms.presets.preset_rows("ppo", "CartPole-v1")[0]  # doctest: +SKIP
+          >>> row.with_budget(20_000).config["lr"]                              # doctest: +SKIP
+          ((0, 0.001), (20000, 0.0))
+        """
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int; got {max_steps!r}.")
+        config = dict(self.config)
+        if self.origin == "rl_zoo3":
+            factor = max_steps / self.max_steps
+            for name in self.schedules:
+                config[name] = tuple((round(step * factor), value) for step, value in config[name])
+        return dataclasses.replace(self, config=config, max_steps=max_steps)
+
     def typed_config(self) -> Any:
         """The algorithm's typed config with this row's fields (``Any``: its class varies).
 
@@ -110,3 +142,19 @@ class Preset:
         """
         config_type = algorithm_recipe(self.algorithm).config_type
         return make_config(config_type, dict(self.config))
+
+
+def _is_schedule(value: Any) -> bool:
+    """Whether a config value is a piecewise schedule: two or more ``(step, value)`` pairs
+    of numbers."""
+    number = (int, float)
+    return (
+        isinstance(value, tuple | list)
+        and len(value) >= 2
+        and all(
+            isinstance(point, tuple | list)
+            and len(point) == 2
+            and all(isinstance(x, number) and not isinstance(x, bool) for x in point)
+            for point in value
+        )
+    )
