@@ -2,6 +2,7 @@
 
 import sys
 
+import gymnasium
 import pytest
 
 from jaxlearner import algorithms
@@ -164,3 +165,18 @@ def test_the_run_header_says_the_schedules_were_stretched(capsys, tmp_path):
     with pytest.raises(SystemExit) as exited:
         main(["train", "--resume", str(tmp_path / "a"), "--keep-schedules"])
     assert exited.value.code == 2 and "drop ['--keep-schedules']" in capsys.readouterr().err
+
+
+def test_a_preset_whose_environment_gymnasium_lacks_is_one_line(capsys, monkeypatch, tmp_path):
+    from jaxlearner.cli import run_settings as settings_module
+
+    def older_gymnasium(env_id, **kwargs):
+        raise gymnasium.error.NameNotFound(f"Environment `{env_id.split('-')[0]}` doesn't exist.")
+
+    monkeypatch.setattr(settings_module, "make_env", older_gymnasium)
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "ppo", "--env", "Acrobot-v1", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert "preset ppo/Acrobot-v1 (rl_zoo3) is for 'Acrobot-v1', which this gymnasium" in err
+    assert "Environment `Acrobot` doesn't exist." in err and not (tmp_path / "run").exists()

@@ -335,7 +335,12 @@ def build(settings: RunSettings) -> AnyAlgorithm:
     try:
         env = make_env(settings.env)
     except gym.error.Error as error:
-        raise UsageError(str(error)) from None
+        if settings.preset is None:
+            raise UsageError(str(error)) from None
+        raise UsageError(
+            f"preset {settings.preset} is for {settings.env!r}, which this gymnasium "
+            f"({gym.__version__}) cannot make: {error}"
+        ) from None
     try:
         algorithm = _build_algorithm(settings, env.observation_space, env.action_space)
     finally:
