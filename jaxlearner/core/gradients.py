@@ -39,9 +39,10 @@ import optax
 
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.loss_gradients import loss_gradients, refresh_hyperparams
-from jaxlearner.core.metrics import ALL_MODULES, reduce_metrics, reduce_steps
+from jaxlearner.core.metrics import ALL_MODULES, reduce_steps
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer
+from jaxlearner.core.results import all_finite, count_and_reduce, report_nonfinite, trained_counts
 from jaxlearner.core.shared_optimizer import SharedOptimizers
 from jaxlearner.core.state import LearnerState, ModuleState, select_tree
 from jaxlearner.types import Batch, PyTree
@@ -55,8 +56,6 @@ StepMetrics: TypeAlias = dict[str, dict[str, jax.Array]]
 ComputeFn: TypeAlias = Callable[[LearnerState, Mapping[str, Batch]], tuple[Gradients, StepMetrics]]
 PostprocessFn: TypeAlias = Callable[[LearnerState, Mapping[str, PyTree]], Gradients]
 ApplyFn: TypeAlias = Callable[..., LearnerState]
-
-_LAST_BY_DEFAULT = ("learning_rate/", "hyperparams/")
 
 
 def update_keys(key: jax.Array, num_epochs: int) -> tuple[jax.Array, jax.Array]:
@@ -259,9 +258,9 @@ class GradientStep:
           ``(state, metrics)`` as :func:`~jaxlearner.make_update`'s update returns them.
         """
         next_key, _ = jax.random.split(state.key)
-        counts = _trained_counts(trained, env_steps, rows or {})
-        state, metrics = _count_and_reduce(self.specs, state, stacked, trained, counts)
-        _report_nonfinite(state, stacked, metrics, trained, self.config.skip_nonfinite)
+        counts = trained_counts(trained, env_steps, rows or {})
+        state, metrics = count_and_reduce(self.specs, state, stacked, trained, counts)
+        report_nonfinite(state, stacked, metrics, trained, self.config.skip_nonfinite)
         state = state.replace(key=next_key, updates=state.updates + 1)
         metrics[ALL_MODULES]["num_updates"] = state.updates
         for learner_update in self.config.additional_updates:
@@ -274,115 +273,6 @@ def _with_rates(metrics: Mapping[str, Any], rates: Mapping[str, jax.Array]) -> d
     head = {k: v for k, v in metrics.items() if not k.startswith("hyperparams/")}
     tail = {k: v for k, v in metrics.items() if k.startswith("hyperparams/")}
     return {**head, **rates, **tail}
-
-
-def all_finite(tree: PyTree) -> jax.Array:
-    """A bool scalar: every leaf of ``tree`` is free of NaN and Inf.
-
-    The floating leaves are checked as one flat array per dtype, so a compiled
-    program holds one reduction per dtype rather than one per leaf (integers are
-    always finite).
-    """
-    flat: dict[Any, list[jax.Array]] = {}
-    for leaf in jax.tree.leaves(tree):
-        leaf = jnp.asarray(leaf)
-        if jnp.issubdtype(leaf.dtype, jnp.inexact):
-            flat.setdefault(leaf.dtype, []).append(leaf.ravel())
-    flags = [jnp.all(jnp.isfinite(jnp.concatenate(leaves))) for leaves in flat.values()]
-    return functools.reduce(jnp.logical_and, flags, jnp.asarray(True))
-
-
-def _report_nonfinite(
-    state: LearnerState,
-    stacked: Mapping[str, Mapping[str, jax.Array]],
-    metrics: dict[str, dict[str, jax.Array]],
-    trained: tuple[str, ...],
-    skip_nonfinite: bool,
-) -> None:
-    """Adds ``nonfinite`` (int32 0 or 1) to each trained module's metrics and to ``__all__``.
-
-    A module is non-finite when its params after the update hold a NaN/Inf or,
-    unless ``skip_nonfinite`` skipped such steps, when any step's loss (the
-    module's own ``total_loss``, else the joint one) was not finite.
-    """
-    flags = []
-    for m in trained:
-        losses = stacked[m].get("total_loss", stacked[ALL_MODULES].get("total_loss"))
-        checked = None if skip_nonfinite else losses  # None has no leaves to check
-        finite = all_finite((state.modules[m].params, checked))
-        flags.append((~finite).astype(jnp.int32))
-        metrics[m]["nonfinite"] = flags[-1]
-    metrics[ALL_MODULES]["nonfinite"] = (
-        jnp.max(jnp.stack(flags)) if flags else jnp.zeros((), jnp.int32)
-    )
-
-
-def _trained_counts(
-    trained: tuple[str, ...], env_steps: Mapping[str, jax.Array], rows: Mapping[str, int]
-) -> dict[str, dict[str, jax.Array]]:
-    """Each trained module's ``num_env_steps_trained`` and ``num_agent_steps_trained`` in
-    this update (int32 scalars), and their sums under ``"__all__"``."""
-    counts = {
-        m: {
-            "num_env_steps_trained": jnp.asarray(env_steps[m], jnp.int32),
-            "num_agent_steps_trained": jnp.asarray(rows.get(m, 0), jnp.int32),
-        }
-        for m in trained
-    }
-    zero = jnp.zeros((), jnp.int32)
-    counts[ALL_MODULES] = {
-        name: sum((by_name[name] for by_name in counts.values()), zero)
-        for name in ("num_env_steps_trained", "num_agent_steps_trained")
-    }
-    return counts
-
-
-def _count_and_reduce(
-    specs: Mapping[str, ModuleSpec],
-    state: LearnerState,
-    stacked: Mapping[str, Mapping[str, jax.Array]],
-    trained: tuple[str, ...],
-    counts: Mapping[str, Mapping[str, jax.Array]],
-) -> tuple[LearnerState, StepMetrics]:
-    """Reduces metrics, advances env-step counters, runs per-update additional updates.
-
-    ``counts`` is :func:`_trained_counts`'s; each owner's metrics end with this
-    update's counts beside the lifetime ``num_env_steps_trained_lifetime``.
-    """
-    modules = dict(state.modules)
-    metrics: StepMetrics = {}
-    for m in trained:
-        reductions = {
-            name: "last" for name in stacked[m] if name.startswith(_LAST_BY_DEFAULT)
-        } | dict(specs[m].metric_reductions)
-        module_metrics = reduce_metrics(stacked[m], reductions)
-        module = modules[m].replace(
-            env_steps=modules[m].env_steps + counts[m]["num_env_steps_trained"]
-        )
-        for additional in specs[m].updates_after("update"):
-            module = additional.fn(module, module_metrics)
-        module_metrics.update(
-            {
-                f"extra/{k}": v
-                for k, v in module.extra.items()
-                if isinstance(v, jax.Array) and v.shape == ()
-            }
-        )
-        module_metrics["num_grad_steps"] = module.grad_steps
-        module_metrics.update(counts[m])
-        module_metrics["num_env_steps_trained_lifetime"] = module.env_steps
-        modules[m] = module
-        metrics[m] = module_metrics
-    metrics[ALL_MODULES] = {
-        **reduce_metrics(stacked[ALL_MODULES], {}),
-        "num_grad_steps": state.grad_steps,
-        "num_skipped_steps": state.skipped_steps,
-        **counts[ALL_MODULES],
-        "num_env_steps_trained_lifetime": sum(
-            (module.env_steps for module in modules.values()), jnp.zeros((), jnp.int32)
-        ),
-    }
-    return state.replace(modules=modules), metrics
 
 
 @final
