@@ -35,6 +35,7 @@ from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.observers import Observer, make_observe
 from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer
+from jaxlearner.core.optimizer_params import params_for_optimizer
 from jaxlearner.core.placement import Placement
 from jaxlearner.core.registry import (
     learner_from_recipe,
@@ -213,6 +214,7 @@ __all__ = [
     "make_gradient_stages",
     "make_observe",
     "make_update",
+    "params_for_optimizer",
     "periodic_copy",
     "piecewise_schedule",
     "plotting",
