@@ -26,6 +26,7 @@ from jaxlearner.core.additional_updates import (
     target_update,
 )
 from jaxlearner.core.context import LossContext
+from jaxlearner.core.gradient_postprocess import GradientContext, GradientPostprocess
 from jaxlearner.core.gradients import GradientStages, make_gradient_stages
 from jaxlearner.core.group import LearnerGroup
 from jaxlearner.core.hyperparams import with_hyperparams
@@ -171,6 +172,8 @@ __all__ = [
     "CheckpointOptions",
     "Dataset",
     "EnvRunnersConfig",
+    "GradientContext",
+    "GradientPostprocess",
     "GradientStages",
     "Learner",
     "LearnerConfig",

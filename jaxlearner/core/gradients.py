@@ -5,9 +5,11 @@ RLlib's ``Learner`` takes each minibatch step in three stages, and so does
 
 1. **compute**: refresh the scheduled hyperparameters from the counters, call
    each trained module's loss (or the one joint loss) and differentiate it;
-2. **postprocess**: clip each optimizer's gradients as its ``grad_clip_by``
-   says (the clipping of :func:`~jaxlearner.core.optimizer.transformation`,
-   taken out of its chain);
+2. **postprocess**: the gradient postprocesses given, the modules' and the
+   learner's (:mod:`jaxlearner.core.gradient_postprocess`), then each optimizer's
+   clipping as its ``grad_clip_by`` says (the clipping of
+   :func:`~jaxlearner.core.optimizer.transformation`, taken out of its chain)
+   unless a postprocess replaces it;
 3. **apply**: step each module's named optimizers (their learning rates
    refreshed from the counters), count the step, run the ``after="grad_step"``
    additional updates; with ``skip_nonfinite`` a step whose loss or gradients
@@ -37,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxlearner.core.gradient_postprocess import GradientContext, Postprocesses
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.loss_gradients import loss_gradients, refresh_hyperparams
 from jaxlearner.core.metrics import ALL_MODULES, reduce_steps
@@ -54,7 +57,7 @@ StepMetrics: TypeAlias = dict[str, dict[str, jax.Array]]
 """``{module_id: {name: scalar}, "__all__": {name: scalar}}``."""
 
 ComputeFn: TypeAlias = Callable[[LearnerState, Mapping[str, Batch]], tuple[Gradients, StepMetrics]]
-PostprocessFn: TypeAlias = Callable[[LearnerState, Mapping[str, PyTree]], Gradients]
+PostprocessFn: TypeAlias = Callable[..., Any]
 ApplyFn: TypeAlias = Callable[..., LearnerState]
 
 
@@ -102,6 +105,17 @@ class GradientStep:
 
     def __post_init__(self) -> None:
         self.shared.check_trained(self.to_train)
+        _ = self.postprocesses  # built now: a learner with a postprocess that cannot be is refused
+
+    @functools.cached_property
+    def postprocesses(self) -> Postprocesses:
+        """The modules' and the learner's gradient postprocesses, checked."""
+        posts = {m: s.postprocess_gradients for m, s in self.specs.items()}
+        return Postprocesses(
+            {m: post for m, post in posts.items() if post is not None},
+            self.config.postprocess_gradients,
+            self.shared.owner,
+        )
 
     @functools.cached_property
     def shared(self) -> SharedOptimizers:
@@ -162,14 +176,34 @@ class GradientStep:
         }
         return grads, metrics
 
-    def postprocess(self, modules: Mapping[str, ModuleState], grads: Gradients) -> Gradients:
-        """Stage 2: each module's gradient clipped as each of its optimizers says; the
-        modules of a shared optimizer together, as it says."""
-        clipped = self.shared.clip(grads)
+    def postprocess(
+        self,
+        modules: Mapping[str, ModuleState],
+        grads: Gradients,
+        metrics: Mapping[str, Mapping[str, Any]],
+    ) -> tuple[Gradients, StepMetrics]:
+        """Stage 2: the gradient postprocesses, then each module's gradient clipped as each of
+        its optimizers says (a shared optimizer's modules together) unless one replaces it.
+
+        Returns ``(grads, metrics)``: ``metrics`` with the postprocesses' added."""
+        posts = self.postprocesses
+        if posts.any:
+            contexts = {m: self._context(m, modules[m]) for m in grads}
+            grads, metrics = posts.run(grads, contexts, metrics)
+        clipped = self.shared.clip(grads) if posts.clips_shared else dict(grads)
         return {
-            m: g if m in self.shared.owner else self.optimizers[m].clip(g, modules[m].params)
+            m: self.optimizers[m].clip(g, modules[m].params)
+            if m not in self.shared.owner and posts.clips(m)
+            else g
             for m, g in clipped.items()
-        }
+        }, {owner: dict(values) for owner, values in metrics.items()}
+
+    def _context(self, module_id: str, module: ModuleState) -> GradientContext:
+        module = refresh_hyperparams(self.specs[module_id], module)
+        labels = self.optimizers[module_id].labels(module.params)
+        return GradientContext(
+            module_id, module.params, labels, module.hyperparams, module.counters
+        )
 
     def apply(
         self, state: LearnerState, grads: Gradients, metrics: Mapping[str, Mapping[str, Any]]
@@ -289,8 +323,11 @@ class GradientStages:
         ``{module_id: [B_m, ...]}``; ``grads`` is ``{module_id: grads}`` for the
         batch's trained modules, each shaped like the module's params, before
         clipping; ``metrics`` as :meth:`GradientStep.compute` gives them.
-      postprocess: ``postprocess(state, grads) -> grads``, the clipping each
-        optimizer applies (``grad_clip``, ``grad_clip_by``) over its own params.
+      postprocess: ``postprocess(state, grads) -> grads``: the gradient postprocesses given
+        (:mod:`~jaxlearner.core.gradient_postprocess`), then the clipping each optimizer
+        applies (``grad_clip``, ``grad_clip_by``) over its own params; ``postprocess(state,
+        grads, metrics) -> (grads, metrics)`` returns ``compute``'s metrics with the
+        postprocesses' added, for ``apply``.
       apply: ``apply(state, grads, metrics=None, env_steps=None) -> state``: the
         optimizer steps, counters (``grad_steps``, ``updates``; ``env_steps``,
         ``{module_id: int32}``, adds nothing by default), schedules, both kinds of
@@ -349,8 +386,13 @@ def make_gradient_stages(
     def compute(state: LearnerState, batch: Mapping[str, Batch]) -> tuple[Gradients, StepMetrics]:
         return step.compute(state.modules, batch, first_step_key(state.key))
 
-    def postprocess(state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
-        return step.postprocess(state.modules, dict(grads))
+    def postprocess(
+        state: LearnerState,
+        grads: Mapping[str, PyTree],
+        metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Gradients | tuple[Gradients, StepMetrics]:
+        processed, with_posts = step.postprocess(state.modules, dict(grads), metrics or {})
+        return processed if metrics is None else (processed, with_posts)
 
     def apply(
         state: LearnerState,

@@ -327,19 +327,19 @@ class Learner:
         compute = self._functions.for_modules(trained).compiled_stages.compute
         return compute(state, self._placement.global_batch(batch))
 
-    def postprocess_gradients(self, state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
-        """RLlib's ``postprocess_gradients``: the clipping each optimizer applies, on its own.
-
-        Each named optimizer's ``grad_clip`` by its ``grad_clip_by``, over its own params; the
-        gradients of optimizers that do not clip come back as they were. Raises ``TypeError``,
-        ``KeyError`` or ``ValueError`` (naming the module and leaf) unless ``grads`` is
-        ``{trained module: params-shaped tree}``.
+    def postprocess_gradients(
+        self, state: LearnerState, grads: Mapping[str, PyTree], *, metrics: Any = None
+    ) -> Any:
+        """RLlib's ``postprocess_gradients``: the postprocesses given, then each optimizer's
+        ``grad_clip`` unless one replaces it; given :meth:`compute_gradients`'s ``metrics``,
+        ``(grads, metrics)`` (the postprocesses' added), else ``grads``. Raises ``TypeError``,
+        ``KeyError`` or ``ValueError`` (naming module and leaf) unless ``grads`` fit the params.
 
         Example:
           >>> clipped = learner.postprocess_gradients(state, grads)     # doctest: +SKIP
         """
         grads = self._checks.gradients(state, grads)
-        return self._functions.compiled_stages.postprocess(state, grads)
+        return self._functions.compiled_stages.postprocess(state, grads, metrics)
 
     def apply_gradients(
         self,

@@ -41,8 +41,11 @@ _REDUCERS = {
 }
 
 
-def check_loss_metrics(owner: str, metrics: Any) -> dict[str, jax.Array]:
-    """Validates the metrics a loss returned: a mapping of names to scalars.
+def check_loss_metrics(
+    owner: str, metrics: Any, source: str = "The loss", returns: str = "(loss, metrics)"
+) -> dict[str, jax.Array]:
+    """Validates the metrics a loss (or another ``source`` of ``owner``) returned: a mapping
+    of names to scalars.
 
     Raises:
       TypeError: when ``metrics`` is not a mapping with string keys.
@@ -50,18 +53,18 @@ def check_loss_metrics(owner: str, metrics: Any) -> dict[str, jax.Array]:
     """
     if not isinstance(metrics, Mapping):
         raise TypeError(
-            f"The loss of {owner} must return (loss, metrics) with metrics a dict of scalars; "
+            f"{source} of {owner} must return {returns} with metrics a dict of scalars; "
             f"got metrics of type {type(metrics).__name__}."
         )
     checked = {}
     for name, value in metrics.items():
         if not isinstance(name, str):
-            raise TypeError(f"The loss of {owner} returned a metric with non-string key {name!r}.")
+            raise TypeError(f"{source} of {owner} returned a metric with non-string key {name!r}.")
         value = jnp.asarray(value)
         if value.shape != ():
             raise ValueError(
-                f"The loss of {owner} returned metric {name!r} of shape {value.shape}; metrics "
-                "must be scalars (reduce them in the loss, e.g. with .mean())."
+                f"{source} of {owner} returned metric {name!r} of shape {value.shape}; metrics "
+                "must be scalars (reduce them, e.g. with .mean())."
             )
         checked[name] = value.astype(jnp.float32) if value.dtype == jnp.float64 else value
     return checked

@@ -18,8 +18,9 @@ One update, for the modules present in the batch:
    first rows, or ``B // minibatch_size`` with ``drop_last``;
 3. per minibatch step, RLlib's three stages (:mod:`jaxlearner.core.gradients`):
    compute (scheduled hyperparameters refreshed from the counters, each
-   trained module's loss and gradients, or one joint loss), postprocess (each
-   named optimizer's clipping), apply (each named optimizer's step,
+   trained module's loss and gradients, or one joint loss), postprocess (the
+   gradient postprocesses given, then each named optimizer's clipping unless a
+   postprocess replaces it), apply (each named optimizer's step,
    ``after="grad_step"`` additional updates); with ``skip_nonfinite`` a step
    whose loss or gradients are not finite leaves the state as it was;
 4. reduce the metrics over all steps, advance the counters, run
@@ -122,7 +123,7 @@ def make_update(
         ) -> tuple[LearnerState, Any]:
             minibatch, key = inputs
             grads, metrics = gradient_step.compute(state.modules, minibatch, key)
-            grads = gradient_step.postprocess(state.modules, grads)
+            grads, metrics = gradient_step.postprocess(state.modules, grads, metrics)
             state, metrics = gradient_step.apply(state, grads, metrics)
             # One stored array per shape and dtype, not one per metric (core/packing.py).
             packed, layout = pack(metrics)
