@@ -259,13 +259,13 @@ class Learner:
             batch for a single-module learner. On a mesh with several
             processes, each passes its own slice (the same number of rows on
             every process); the global batch is the slices in process order.
-          env_steps: env steps this batch accounts for (for ``env_steps``
-            schedules and counters): one int for every module or one per
-            module. Default: each module's global batch size.
+          env_steps: env steps this batch accounts for (for ``env_steps`` schedules and
+            counters): one int, or one per module with the whole batch's as ``"__all__"``
+            (default: the largest module's). Default: each module's global batch size.
 
         Returns:
           ``(new_state, metrics)``; metrics are ``{module_id: {...}, "__all__": {...}}``,
-          device arrays (scalars unless ``reduce_fn`` says otherwise).
+          device arrays (scalars unless ``reduce_fn`` or ``results_fn`` say otherwise).
 
         Raises:
           KeyError: unknown module id or batch key.

@@ -4,6 +4,10 @@
 trained module's metrics reduced over the update's steps (each by its declared reduction),
 this update's ``num_env_steps_trained`` and ``num_agent_steps_trained`` beside the lifetime
 ``num_env_steps_trained_lifetime`` the state counts, ``num_grad_steps``, and ``nonfinite``.
+As RLlib's ``compile_results`` counts them, a module's ``num_env_steps_trained`` is the env
+steps its batch accounts for and ``"__all__"``'s the whole batch's, given once per update
+(``env_steps["__all__"]``; by default the largest of the trained modules'); agent steps are
+the rows trained on, summed under ``"__all__"``.
 """
 
 from __future__ import annotations
@@ -70,7 +74,15 @@ def trained_counts(
     trained: tuple[str, ...], env_steps: Mapping[str, jax.Array], rows: Mapping[str, int]
 ) -> dict[str, dict[str, jax.Array]]:
     """Each trained module's ``num_env_steps_trained`` and ``num_agent_steps_trained`` in
-    this update (int32 scalars), and their sums under ``"__all__"``."""
+    this update (int32 scalars), and ``"__all__"``'s: the batch's env steps
+    (``env_steps["__all__"]`` when given, else the largest of the trained modules') and the
+    agent steps summed.
+
+    Example:
+      >>> counts = trained_counts(("a", "b"), {"a": 100, "b": 100}, {"a": 100, "b": 100})
+      >>> {name: int(value) for name, value in counts["__all__"].items()}
+      {'num_env_steps_trained': 100, 'num_agent_steps_trained': 200}
+    """
     counts = {
         m: {
             "num_env_steps_trained": jnp.asarray(env_steps[m], jnp.int32),
@@ -79,9 +91,16 @@ def trained_counts(
         for m in trained
     }
     zero = jnp.zeros((), jnp.int32)
+    batch_env_steps = env_steps.get(ALL_MODULES)
+    if batch_env_steps is None:
+        batch_env_steps = functools.reduce(
+            jnp.maximum, (c["num_env_steps_trained"] for c in counts.values()), zero
+        )
     counts[ALL_MODULES] = {
-        name: sum((by_name[name] for by_name in counts.values()), zero)
-        for name in ("num_env_steps_trained", "num_agent_steps_trained")
+        "num_env_steps_trained": jnp.asarray(batch_env_steps, jnp.int32),
+        "num_agent_steps_trained": sum(
+            (c["num_agent_steps_trained"] for c in counts.values()), zero
+        ),
     }
     return counts
 
