@@ -26,6 +26,7 @@ from jaxlearner.core.additional_updates import (
     target_update,
 )
 from jaxlearner.core.context import LossContext
+from jaxlearner.core.gradient_postprocess import GradientContext, GradientPostprocess
 from jaxlearner.core.gradients import GradientStages, make_gradient_stages
 from jaxlearner.core.group import LearnerGroup
 from jaxlearner.core.hyperparams import with_hyperparams
@@ -35,6 +36,7 @@ from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.observers import Observer, make_observe
 from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer
+from jaxlearner.core.optimizer_params import params_for_optimizer
 from jaxlearner.core.placement import Placement
 from jaxlearner.core.registry import (
     learner_from_recipe,
@@ -170,6 +172,8 @@ __all__ = [
     "CheckpointOptions",
     "Dataset",
     "EnvRunnersConfig",
+    "GradientContext",
+    "GradientPostprocess",
     "GradientStages",
     "Learner",
     "LearnerConfig",
@@ -213,6 +217,7 @@ __all__ = [
     "make_gradient_stages",
     "make_observe",
     "make_update",
+    "params_for_optimizer",
     "periodic_copy",
     "piecewise_schedule",
     "plotting",

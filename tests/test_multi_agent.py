@@ -381,6 +381,9 @@ def test_a_step_reports_metrics_per_policy_and_per_agent():
         # 2 copies x 50 steps x 1 agent = 100 rows per policy: 2 minibatches of 50, 2 epochs.
         assert stats[f"{policy}/num_grad_steps"] == 4
     assert stats["env_steps"] == 100 and stats["agent_steps"] == 200
+    # As RLlib counts them: each policy its agent steps, "__all__" the env steps taken.
+    assert stats["__all__/num_env_steps_trained"] == 100
+    assert stats["__all__/num_agent_steps_trained"] == 200
     # 50 steps per copy of 25-step episodes in 2 copies: 4 episodes.
     assert stats["num_episodes"] == 4
     for agent in AGENTS:
@@ -408,6 +411,7 @@ def test_a_shared_policy_trains_on_every_agents_rows():
     assert stats["shared/num_env_steps_trained"] == 128
     assert stats["shared/num_env_steps_trained"] == 2 * stats["env_steps"]
     assert stats["shared/num_agent_steps_trained"] == 128
+    assert stats["__all__/num_env_steps_trained"] == stats["env_steps"] == 64
     assert stats["num_episodes"] == 2  # one 25-step episode per copy
     assert stats["module_episode_return_mean/shared"] == np.mean(
         [stats[f"agent_episode_return_mean/{agent}"] for agent in AGENTS]

@@ -1,11 +1,12 @@
 """Named optimizers: validation, clipping bounds, param labels."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import maybe_jit
+from helpers import ActorCritic, actor_critic_loss, maybe_jit, mse_loss, regression_batch
 
 import jaxlearner as jl
 from jaxlearner.core.optimizer import clip_gradients, label_params, learning_rate
@@ -113,3 +114,30 @@ def test_custom_labels_are_checked():
 
 def test_labels_single_optimizer():
     assert jax.tree.leaves(label_params({"w": 1.0}, ["default"], None, "m")) == ["default"]
+
+
+def test_a_plain_optax_optimizer_reports_the_learning_rate_its_state_carries():
+    # Not built with jl.Optimizer: optax.inject_hyperparams keeps the rate in the state,
+    # inside a chain, optax.MultiSteps or a shared optimizer; a plain adam keeps none.
+    schedule = optax.linear_schedule(0.1, 0.0, transition_steps=8)
+    injected = optax.chain(optax.clip(1.0), optax.inject_hyperparams(optax.sgd)(schedule))
+    every_2 = optax.MultiSteps(optax.inject_hyperparams(optax.adam)(learning_rate=0.03), 2)
+    specs = {
+        "ac": jl.ModuleSpec(
+            ActorCritic(),
+            actor_critic_loss,
+            optimizers={"actor": injected, "critic": optax.adam(1e-3)},
+        ),
+        "ms": jl.ModuleSpec(nn.Dense(1), mse_loss, every_2.gradient_transformation()),
+        "a": jl.ModuleSpec(nn.Dense(1), mse_loss),
+        "b": jl.ModuleSpec(nn.Dense(1), mse_loss),
+    }
+    shared = {"ab": (optax.inject_hyperparams(optax.sgd)(learning_rate=0.2), ("a", "b"))}
+    learner = jl.Learner(specs, minibatch_size=16, shared_optimizers=shared)
+    batch = dict.fromkeys(specs, regression_batch())
+    _, metrics = learner.update(learner.init(jax.random.key(0), batch), batch)
+    # 4 steps; the schedule's rate at the last one (count 3): 0.1 * (1 - 3 / 8).
+    np.testing.assert_allclose(metrics["ac"]["learning_rate/actor"], 0.0625, rtol=1e-6)
+    assert "learning_rate/critic" not in metrics["ac"]
+    np.testing.assert_allclose(metrics["ms"]["learning_rate/default"], 0.03, rtol=1e-6)
+    np.testing.assert_allclose(metrics["__all__"]["learning_rate/ab"], 0.2, rtol=1e-6)

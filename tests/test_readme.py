@@ -18,6 +18,7 @@ RUN_HERE = (
     "recurrent",
     "normalization",
     "custom-trainer",
+    "rllib-parity",
 )
 RUN_ELSEWHERE = ("multi-agent", "env-runners")
 NOT_RUN = "not-run"  # a sketch with elided parts (docs/architecture.md), said so in its marker
@@ -73,6 +74,23 @@ def test_stages_block_runs_and_its_data_parallel_step_is_the_single_device_step(
     one_device = learner.apply_gradients(single, grads, env_steps=1024)
     parallel = jax.tree.map(lambda x: x.addressable_shards[0].data, parallel)
     assert_trees_close(parallel.modules, one_device.modules, rtol=1e-5, atol=1e-6)
+
+
+def test_rllib_parity_block_runs(quickstart):
+    # docs/guides/rllib.md: the postprocess hooks, filter_param_dict_for_optimizer,
+    # compile_results and the results' counts, as its rows write them.
+    namespace = _run("rllib-parity", quickstart)
+    metrics = namespace["parity_metrics"]["policy"]
+    assert float(metrics["largest_grad"]) > 0.01  # so the clipping to 0.01 did something
+    assert max(float(abs(g).max()) for g in jax.tree.leaves(namespace["grads"])) <= 0.01
+    assert float(metrics["learning_rate/default"]) == pytest.approx(3e-4)
+    assert metrics["action_counts"].shape == (2,) and int(metrics["action_counts"].sum()) == 1024
+    params = namespace["parity_state"].modules["policy"].params
+    assert len(jax.tree.leaves(namespace["owned"])) == len(jax.tree.leaves(params))
+    assert int(namespace["parity_state"].updates) == 2
+    pair = namespace["pair_metrics"]
+    assert int(pair["__all__"]["num_env_steps_trained"]) == 1024
+    assert int(pair["red"]["num_env_steps_trained"]) == int(pair["blue"]["num_env_steps_trained"])
 
 
 def test_checkpoints_block_runs_and_runs_again(quickstart):

@@ -284,14 +284,13 @@ class CheckpointManager:
     def metadata(self, step: int | None = None) -> dict[str, Any]:
         """The JSON metadata saved with a step (default: the latest).
 
-        Keys: ``format``, ``format_version``, ``step``, ``versions``
-        (jaxlearner, jax, flax, optax, orbax, python), ``modules`` (per module
-        id: ``spec`` description, ``trained``, ``batch_layout``,
-        ``counters``), ``counters`` (updates, grad_steps, skipped_steps),
-        ``devices`` (count, processes, platform, the state's sharding and mesh),
-        ``learner`` (its settings), ``recipe``, ``key_impl`` (of the state's
-        PRNG key), ``metrics``, ``digests`` (``{path: sha256}`` per leaf of
-        the saved tree, e.g. ``"modules/policy/params/params/Dense_0/kernel"``;
+        Keys: ``format``, ``format_version``, ``step``, ``versions`` (jaxlearner, jax,
+        flax, optax, orbax, python), ``modules`` (per module id: ``spec`` description,
+        ``trained``, ``batch_layout``, ``counters``), ``counters`` (updates, grad_steps,
+        skipped_steps), ``devices`` (count, processes, platform, the state's sharding and
+        mesh), ``learner`` (its settings, its gradient postprocess's name), ``recipe``,
+        ``key_impl`` (of the state's PRNG key), ``metrics``, ``digests`` (``{path: sha256}``
+        per leaf of the saved tree, e.g. ``"modules/policy/params/params/Dense_0/kernel"``;
         ``None`` when saved with ``verify=False``), ``extra`` and, when
         extra arrays were saved, ``extra_arrays`` (their digests by path).
         The tree's structure, shapes and dtypes are orbax's own metadata.
@@ -361,9 +360,9 @@ class CheckpointManager:
         Raises:
           FileNotFoundError: when the directory holds no such step.
           ValueError: when the learner's modules or state structure differ from
-            the checkpoint (the first differing path, saved versus expected),
-            or the step is in another checkpoint format; nothing is cast or
-            skipped.
+            the checkpoint (the first differing path, saved versus expected), it
+            lacks a gradient postprocess the step recorded, or the step is in
+            another checkpoint format; nothing is cast or skipped.
           CheckpointCorruptedError: when an array cannot be read or its digest
             differs; the message names the leaf.
 

@@ -89,6 +89,7 @@ def build_metadata(
             "skip_nonfinite": config.skip_nonfinite,
             "modules_to_train": sorted(learner.modules_to_train),
             "joint_loss": _name(config.loss) if config.loss is not None else None,
+            "postprocess_gradients": _postprocess_name(config.postprocess_gradients),
             "shared_optimizers": {
                 name: {
                     "module_ids": list(shared.module_ids),
@@ -225,7 +226,40 @@ def _describe_spec(spec: Any) -> dict[str, Any]:
             {"fn": _name(u.fn), "after": u.after} for u in spec.additional_updates
         ],
         "metric_reductions": dict(spec.metric_reductions),
+        "postprocess_gradients": _postprocess_name(spec.postprocess_gradients),
     }
+
+
+def _postprocess_name(postprocess: Any) -> str | None:
+    return None if postprocess is None else postprocess.name
+
+
+def check_postprocesses(step: int, metadata: Mapping[str, Any], target: Learner) -> None:
+    """Raises when the step was trained with a gradient postprocess ``target`` has not.
+
+    A step records the name of each gradient postprocess, the learner's and each module's
+    (:class:`~jaxlearner.GradientPostprocess`); ``target`` must have one of the same name
+    wherever the step records one. A step that records none (among them every step saved
+    before postprocesses were recorded) restores into any learner.
+
+    Raises:
+      ValueError: in one line, naming the step, the owner, the postprocess recorded and
+        the learner's.
+    """
+    saved = {"the learner": (metadata.get("learner") or {}).get("postprocess_gradients")}
+    own = {"the learner": _postprocess_name(target.config.postprocess_gradients)}
+    for m, module in metadata["modules"].items():
+        saved[f"module {m!r}"] = (module.get("spec") or {}).get("postprocess_gradients")
+    for m, spec in target.specs.items():
+        own[f"module {m!r}"] = _postprocess_name(spec.postprocess_gradients)
+    for owner, name in saved.items():
+        if name is not None and own.get(owner) != name:
+            has = "none" if own.get(owner) is None else repr(own.get(owner))
+            raise ValueError(
+                f"Checkpoint step {step} was trained with the gradient postprocess {name!r} of "
+                f"{owner}, and this learner's has {has}: build it with that "
+                f"postprocess_gradients (jl.GradientPostprocess(fn, name={name!r}) names one)."
+            )
 
 
 def _describe_optimizer(opt: Any) -> dict[str, Any]:

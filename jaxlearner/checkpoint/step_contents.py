@@ -32,6 +32,7 @@ from jaxlearner.checkpoint.metadata import (
     Metrics,
     build_metadata,
     check_extra,
+    check_postprocesses,
     decode_layouts,
     json_metrics,
 )
@@ -146,10 +147,12 @@ def restore_target(
     """The abstract state of ``target``, the tree of arrays to read it into, and its sharding.
 
     Raises:
-      ValueError: when the learner's modules differ from the step's, or its batch
-        layout is unknown and the step holds none.
+      ValueError: when the learner's modules differ from the step's, it lacks a gradient
+        postprocess the step was trained with, or its batch layout is unknown and the step
+        holds none.
     """
     check_module_ids(step, list(metadata["modules"]), target.module_ids)
+    check_postprocesses(step, metadata, target)
     layout = target.batch_layout
     if layout is None:
         layout = decode_layouts(step, metadata)

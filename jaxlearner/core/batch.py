@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.errors import ReadableKeyError
 from jaxlearner.types import Batch, PyTree
 
@@ -291,7 +292,8 @@ def env_steps_by_module(
 ) -> dict[str, np.ndarray]:
     """``env_steps`` as ``update`` takes it, as one int32 per module of the batch.
 
-    ``None`` counts each module's batch size; an int counts for every module.
+    ``None`` counts each module's batch size; an int counts for every module. A mapping's
+    ``"__all__"`` entry, the whole batch's env steps, is kept as one more int32.
 
     Raises:
       KeyError: when a mapping leaves out a module of the batch.
@@ -303,7 +305,7 @@ def env_steps_by_module(
         missing = sorted(set(sizes) - set(env_steps))
         if missing:
             raise ReadableKeyError(f"env_steps has no entry for module(s) {missing}.")
-        values = {m: env_steps[m] for m in sizes}
+        values = {m: env_steps[m] for m in (*sizes, ALL_MODULES) if m in env_steps}
     else:
         values = dict.fromkeys(sizes, env_steps)
     for m, value in values.items():

@@ -5,9 +5,11 @@ RLlib's ``Learner`` takes each minibatch step in three stages, and so does
 
 1. **compute**: refresh the scheduled hyperparameters from the counters, call
    each trained module's loss (or the one joint loss) and differentiate it;
-2. **postprocess**: clip each optimizer's gradients as its ``grad_clip_by``
-   says (the clipping of :func:`~jaxlearner.core.optimizer.transformation`,
-   taken out of its chain);
+2. **postprocess**: the gradient postprocesses given, the modules' and the
+   learner's (:mod:`jaxlearner.core.gradient_postprocess`), then each optimizer's
+   clipping as its ``grad_clip_by`` says (the clipping of
+   :func:`~jaxlearner.core.optimizer.transformation`, taken out of its chain)
+   unless a postprocess replaces it;
 3. **apply**: step each module's named optimizers (their learning rates
    refreshed from the counters), count the step, run the ``after="grad_step"``
    additional updates; with ``skip_nonfinite`` a step whose loss or gradients
@@ -37,11 +39,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxlearner.core.gradient_postprocess import GradientContext, Postprocesses
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.loss_gradients import loss_gradients, refresh_hyperparams
-from jaxlearner.core.metrics import ALL_MODULES, reduce_metrics, reduce_steps
+from jaxlearner.core.metrics import ALL_MODULES, reduce_steps
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.optimizer import ModuleOptimizer
+from jaxlearner.core.results import all_finite, count_and_reduce, report_nonfinite, trained_counts
 from jaxlearner.core.shared_optimizer import SharedOptimizers
 from jaxlearner.core.state import LearnerState, ModuleState, select_tree
 from jaxlearner.types import Batch, PyTree
@@ -53,10 +57,8 @@ StepMetrics: TypeAlias = dict[str, dict[str, jax.Array]]
 """``{module_id: {name: scalar}, "__all__": {name: scalar}}``."""
 
 ComputeFn: TypeAlias = Callable[[LearnerState, Mapping[str, Batch]], tuple[Gradients, StepMetrics]]
-PostprocessFn: TypeAlias = Callable[[LearnerState, Mapping[str, PyTree]], Gradients]
+PostprocessFn: TypeAlias = Callable[..., Any]
 ApplyFn: TypeAlias = Callable[..., LearnerState]
-
-_LAST_BY_DEFAULT = ("learning_rate/", "hyperparams/")
 
 
 def update_keys(key: jax.Array, num_epochs: int) -> tuple[jax.Array, jax.Array]:
@@ -103,6 +105,17 @@ class GradientStep:
 
     def __post_init__(self) -> None:
         self.shared.check_trained(self.to_train)
+        _ = self.postprocesses  # built now: a learner with a postprocess that cannot be is refused
+
+    @functools.cached_property
+    def postprocesses(self) -> Postprocesses:
+        """The modules' and the learner's gradient postprocesses, checked."""
+        posts = {m: s.postprocess_gradients for m, s in self.specs.items()}
+        return Postprocesses(
+            {m: post for m, post in posts.items() if post is not None},
+            self.config.postprocess_gradients,
+            self.shared.owner,
+        )
 
     @functools.cached_property
     def shared(self) -> SharedOptimizers:
@@ -163,14 +176,34 @@ class GradientStep:
         }
         return grads, metrics
 
-    def postprocess(self, modules: Mapping[str, ModuleState], grads: Gradients) -> Gradients:
-        """Stage 2: each module's gradient clipped as each of its optimizers says; the
-        modules of a shared optimizer together, as it says."""
-        clipped = self.shared.clip(grads)
+    def postprocess(
+        self,
+        modules: Mapping[str, ModuleState],
+        grads: Gradients,
+        metrics: Mapping[str, Mapping[str, Any]],
+    ) -> tuple[Gradients, StepMetrics]:
+        """Stage 2: the gradient postprocesses, then each module's gradient clipped as each of
+        its optimizers says (a shared optimizer's modules together) unless one replaces it.
+
+        Returns ``(grads, metrics)``: ``metrics`` with the postprocesses' added."""
+        posts = self.postprocesses
+        if posts.any:
+            contexts = {m: self._context(m, modules[m]) for m in grads}
+            grads, metrics = posts.run(grads, contexts, metrics)
+        clipped = self.shared.clip(grads) if posts.clips_shared else dict(grads)
         return {
-            m: g if m in self.shared.owner else self.optimizers[m].clip(g, modules[m].params)
+            m: self.optimizers[m].clip(g, modules[m].params)
+            if m not in self.shared.owner and posts.clips(m)
+            else g
             for m, g in clipped.items()
-        }
+        }, {owner: dict(values) for owner, values in metrics.items()}
+
+    def _context(self, module_id: str, module: ModuleState) -> GradientContext:
+        module = refresh_hyperparams(self.specs[module_id], module)
+        labels = self.optimizers[module_id].labels(module.params)
+        return GradientContext(
+            module_id, module.params, labels, module.hyperparams, module.counters
+        )
 
     def apply(
         self, state: LearnerState, grads: Gradients, metrics: Mapping[str, Mapping[str, Any]]
@@ -259,9 +292,9 @@ class GradientStep:
           ``(state, metrics)`` as :func:`~jaxlearner.make_update`'s update returns them.
         """
         next_key, _ = jax.random.split(state.key)
-        counts = _trained_counts(trained, env_steps, rows or {})
-        state, metrics = _count_and_reduce(self.specs, state, stacked, trained, counts)
-        _report_nonfinite(state, stacked, metrics, trained, self.config.skip_nonfinite)
+        counts = trained_counts(trained, env_steps, rows or {})
+        state, metrics = count_and_reduce(self.specs, state, stacked, trained, counts)
+        report_nonfinite(state, stacked, metrics, trained, self.config.skip_nonfinite)
         state = state.replace(key=next_key, updates=state.updates + 1)
         metrics[ALL_MODULES]["num_updates"] = state.updates
         for learner_update in self.config.additional_updates:
@@ -274,115 +307,6 @@ def _with_rates(metrics: Mapping[str, Any], rates: Mapping[str, jax.Array]) -> d
     head = {k: v for k, v in metrics.items() if not k.startswith("hyperparams/")}
     tail = {k: v for k, v in metrics.items() if k.startswith("hyperparams/")}
     return {**head, **rates, **tail}
-
-
-def all_finite(tree: PyTree) -> jax.Array:
-    """A bool scalar: every leaf of ``tree`` is free of NaN and Inf.
-
-    The floating leaves are checked as one flat array per dtype, so a compiled
-    program holds one reduction per dtype rather than one per leaf (integers are
-    always finite).
-    """
-    flat: dict[Any, list[jax.Array]] = {}
-    for leaf in jax.tree.leaves(tree):
-        leaf = jnp.asarray(leaf)
-        if jnp.issubdtype(leaf.dtype, jnp.inexact):
-            flat.setdefault(leaf.dtype, []).append(leaf.ravel())
-    flags = [jnp.all(jnp.isfinite(jnp.concatenate(leaves))) for leaves in flat.values()]
-    return functools.reduce(jnp.logical_and, flags, jnp.asarray(True))
-
-
-def _report_nonfinite(
-    state: LearnerState,
-    stacked: Mapping[str, Mapping[str, jax.Array]],
-    metrics: dict[str, dict[str, jax.Array]],
-    trained: tuple[str, ...],
-    skip_nonfinite: bool,
-) -> None:
-    """Adds ``nonfinite`` (int32 0 or 1) to each trained module's metrics and to ``__all__``.
-
-    A module is non-finite when its params after the update hold a NaN/Inf or,
-    unless ``skip_nonfinite`` skipped such steps, when any step's loss (the
-    module's own ``total_loss``, else the joint one) was not finite.
-    """
-    flags = []
-    for m in trained:
-        losses = stacked[m].get("total_loss", stacked[ALL_MODULES].get("total_loss"))
-        checked = None if skip_nonfinite else losses  # None has no leaves to check
-        finite = all_finite((state.modules[m].params, checked))
-        flags.append((~finite).astype(jnp.int32))
-        metrics[m]["nonfinite"] = flags[-1]
-    metrics[ALL_MODULES]["nonfinite"] = (
-        jnp.max(jnp.stack(flags)) if flags else jnp.zeros((), jnp.int32)
-    )
-
-
-def _trained_counts(
-    trained: tuple[str, ...], env_steps: Mapping[str, jax.Array], rows: Mapping[str, int]
-) -> dict[str, dict[str, jax.Array]]:
-    """Each trained module's ``num_env_steps_trained`` and ``num_agent_steps_trained`` in
-    this update (int32 scalars), and their sums under ``"__all__"``."""
-    counts = {
-        m: {
-            "num_env_steps_trained": jnp.asarray(env_steps[m], jnp.int32),
-            "num_agent_steps_trained": jnp.asarray(rows.get(m, 0), jnp.int32),
-        }
-        for m in trained
-    }
-    zero = jnp.zeros((), jnp.int32)
-    counts[ALL_MODULES] = {
-        name: sum((by_name[name] for by_name in counts.values()), zero)
-        for name in ("num_env_steps_trained", "num_agent_steps_trained")
-    }
-    return counts
-
-
-def _count_and_reduce(
-    specs: Mapping[str, ModuleSpec],
-    state: LearnerState,
-    stacked: Mapping[str, Mapping[str, jax.Array]],
-    trained: tuple[str, ...],
-    counts: Mapping[str, Mapping[str, jax.Array]],
-) -> tuple[LearnerState, StepMetrics]:
-    """Reduces metrics, advances env-step counters, runs per-update additional updates.
-
-    ``counts`` is :func:`_trained_counts`'s; each owner's metrics end with this
-    update's counts beside the lifetime ``num_env_steps_trained_lifetime``.
-    """
-    modules = dict(state.modules)
-    metrics: StepMetrics = {}
-    for m in trained:
-        reductions = {
-            name: "last" for name in stacked[m] if name.startswith(_LAST_BY_DEFAULT)
-        } | dict(specs[m].metric_reductions)
-        module_metrics = reduce_metrics(stacked[m], reductions)
-        module = modules[m].replace(
-            env_steps=modules[m].env_steps + counts[m]["num_env_steps_trained"]
-        )
-        for additional in specs[m].updates_after("update"):
-            module = additional.fn(module, module_metrics)
-        module_metrics.update(
-            {
-                f"extra/{k}": v
-                for k, v in module.extra.items()
-                if isinstance(v, jax.Array) and v.shape == ()
-            }
-        )
-        module_metrics["num_grad_steps"] = module.grad_steps
-        module_metrics.update(counts[m])
-        module_metrics["num_env_steps_trained_lifetime"] = module.env_steps
-        modules[m] = module
-        metrics[m] = module_metrics
-    metrics[ALL_MODULES] = {
-        **reduce_metrics(stacked[ALL_MODULES], {}),
-        "num_grad_steps": state.grad_steps,
-        "num_skipped_steps": state.skipped_steps,
-        **counts[ALL_MODULES],
-        "num_env_steps_trained_lifetime": sum(
-            (module.env_steps for module in modules.values()), jnp.zeros((), jnp.int32)
-        ),
-    }
-    return state.replace(modules=modules), metrics
 
 
 @final
@@ -399,8 +323,11 @@ class GradientStages:
         ``{module_id: [B_m, ...]}``; ``grads`` is ``{module_id: grads}`` for the
         batch's trained modules, each shaped like the module's params, before
         clipping; ``metrics`` as :meth:`GradientStep.compute` gives them.
-      postprocess: ``postprocess(state, grads) -> grads``, the clipping each
-        optimizer applies (``grad_clip``, ``grad_clip_by``) over its own params.
+      postprocess: ``postprocess(state, grads) -> grads``: the gradient postprocesses given
+        (:mod:`~jaxlearner.core.gradient_postprocess`), then the clipping each optimizer
+        applies (``grad_clip``, ``grad_clip_by``) over its own params; ``postprocess(state,
+        grads, metrics) -> (grads, metrics)`` returns ``compute``'s metrics with the
+        postprocesses' added, for ``apply``.
       apply: ``apply(state, grads, metrics=None, env_steps=None) -> state``: the
         optimizer steps, counters (``grad_steps``, ``updates``; ``env_steps``,
         ``{module_id: int32}``, adds nothing by default), schedules, both kinds of
@@ -459,8 +386,13 @@ def make_gradient_stages(
     def compute(state: LearnerState, batch: Mapping[str, Batch]) -> tuple[Gradients, StepMetrics]:
         return step.compute(state.modules, batch, first_step_key(state.key))
 
-    def postprocess(state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
-        return step.postprocess(state.modules, dict(grads))
+    def postprocess(
+        state: LearnerState,
+        grads: Mapping[str, PyTree],
+        metrics: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Gradients | tuple[Gradients, StepMetrics]:
+        processed, with_posts = step.postprocess(state.modules, dict(grads), metrics or {})
+        return processed if metrics is None else (processed, with_posts)
 
     def apply(
         state: LearnerState,

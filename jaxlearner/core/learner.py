@@ -259,13 +259,13 @@ class Learner:
             batch for a single-module learner. On a mesh with several
             processes, each passes its own slice (the same number of rows on
             every process); the global batch is the slices in process order.
-          env_steps: env steps this batch accounts for (for ``env_steps``
-            schedules and counters): one int for every module or one per
-            module. Default: each module's global batch size.
+          env_steps: env steps this batch accounts for (for ``env_steps`` schedules and
+            counters): one int, or one per module with the whole batch's as ``"__all__"``
+            (default: the largest module's). Default: each module's global batch size.
 
         Returns:
           ``(new_state, metrics)``; metrics are ``{module_id: {...}, "__all__": {...}}``,
-          device arrays (scalars unless ``reduce_fn`` says otherwise).
+          device arrays (scalars unless ``reduce_fn`` or ``results_fn`` say otherwise).
 
         Raises:
           KeyError: unknown module id or batch key.
@@ -327,19 +327,19 @@ class Learner:
         compute = self._functions.for_modules(trained).compiled_stages.compute
         return compute(state, self._placement.global_batch(batch))
 
-    def postprocess_gradients(self, state: LearnerState, grads: Mapping[str, PyTree]) -> Gradients:
-        """RLlib's ``postprocess_gradients``: the clipping each optimizer applies, on its own.
-
-        Each named optimizer's ``grad_clip`` by its ``grad_clip_by``, over its own params; the
-        gradients of optimizers that do not clip come back as they were. Raises ``TypeError``,
-        ``KeyError`` or ``ValueError`` (naming the module and leaf) unless ``grads`` is
-        ``{trained module: params-shaped tree}``.
+    def postprocess_gradients(
+        self, state: LearnerState, grads: Mapping[str, PyTree], *, metrics: Any = None
+    ) -> Any:
+        """RLlib's ``postprocess_gradients``: the postprocesses given, then each optimizer's
+        ``grad_clip`` unless one replaces it; given :meth:`compute_gradients`'s ``metrics``,
+        ``(grads, metrics)`` (the postprocesses' added), else ``grads``. Raises ``TypeError``,
+        ``KeyError`` or ``ValueError`` (naming module and leaf) unless ``grads`` fit the params.
 
         Example:
           >>> clipped = learner.postprocess_gradients(state, grads)     # doctest: +SKIP
         """
         grads = self._checks.gradients(state, grads)
-        return self._functions.compiled_stages.postprocess(state, grads)
+        return self._functions.compiled_stages.postprocess(state, grads, metrics)
 
     def apply_gradients(
         self,

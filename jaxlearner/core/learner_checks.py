@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from jaxlearner.core.batch import batch_sizes, env_steps_by_module, minibatch_plan, normalize_batch
+from jaxlearner.core.gradient_postprocess import check_like_params
 from jaxlearner.core.learner_config import LearnerConfig
 from jaxlearner.core.module_selection import ModuleSelection
 from jaxlearner.core.module_spec import ModuleSpec
@@ -187,7 +188,7 @@ class LearnerInputs:
                     f"Gradients for module {m!r}, which is not trained; modules_to_train is "
                     f"{sorted(self._trained)}."
                 )
-            _check_like_params(m, tree, state.modules[m].params)
+            check_like_params(f"Module {m!r}", tree, state.modules[m].params)
         return dict(grads)
 
     def new_module(self, state: Any, module_id: Any, spec: Any) -> None:
@@ -286,22 +287,3 @@ def describe_opt_state(node: Any) -> str:
         inner = [text for text in (describe_opt_state(v) for v in node) if text]
         return f"({', '.join(inner)})" if inner else ""
     return ""
-
-
-def _check_like_params(module_id: str, grads: PyTree, params: PyTree) -> None:
-    expected = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_leaves_with_path(params)}
-    received = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_leaves_with_path(grads)}
-    missing = [p for p in expected if p not in received]
-    extra = [p for p in received if p not in expected]
-    if missing or extra or jax.tree.structure(grads) != jax.tree.structure(params):
-        raise ValueError(
-            f"Module {module_id!r}: the gradients' leaves differ from the params'. Missing: "
-            f"{missing[:5]}; unexpected: {extra[:5]}; expected leaves: {list(expected)[:8]}"
-            f"{' ...' if len(expected) > 8 else ''}."
-        )
-    for path, leaf in received.items():
-        if np.shape(leaf) != np.shape(expected[path]):
-            raise ValueError(
-                f"Module {module_id!r}, gradient {path}: expected shape "
-                f"{tuple(np.shape(expected[path]))} (the param's), got {tuple(np.shape(leaf))}."
-            )

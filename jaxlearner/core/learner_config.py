@@ -15,7 +15,8 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from jaxlearner.core.context import JointLossFn
-from jaxlearner.core.metrics import ReduceFn, check_reduce_fn
+from jaxlearner.core.gradient_postprocess import GradientPostprocessLike, as_gradient_postprocess
+from jaxlearner.core.metrics import ReduceFn, ResultsFn, check_reduce_fn
 from jaxlearner.core.module_selection import (
     ModulesToTrain,
     freeze_rule,
@@ -94,6 +95,17 @@ class LearnerConfig:
         rebuilds the learner (``{"algorithm": name, ...}``); built-in
         algorithms set it so a checkpoint can be restored without code. Not
         part of the hash.
+      postprocess_gradients: RLlib's ``postprocess_gradients`` as a value: a pure
+        ``fn({module_id: grads}, {module_id: ctx}) -> (grads, {owner: metrics})`` over the
+        trained modules' gradients at every gradient step, after the modules' own
+        postprocesses and before the optimizers' clipping, or a
+        :class:`~jaxlearner.GradientPostprocess` (to run instead of every clipping, or to
+        name it); see :mod:`jaxlearner.core.gradient_postprocess`.
+      results_fn: RLlib's ``compile_results``: an optional pure ``fn(batch, metrics) ->
+        {owner: {name: value}}`` traced at the end of every update, on the update's whole
+        batch (``{module_id: [B, ...]}``) and its metrics; what it returns joins the
+        metrics (a name already there is replaced), values of any shape (a histogram, a
+        per-row statistic). See :func:`~jaxlearner.core.metrics.add_results`.
 
     Raises:
       TypeError, ValueError: on an invalid field, naming what was received
@@ -120,6 +132,8 @@ class LearnerConfig:
         default_factory=dict, hash=False
     )
     recipe: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
+    postprocess_gradients: GradientPostprocessLike | None = None
+    results_fn: ResultsFn | None = None
 
     def __post_init__(self) -> None:
         _check_positive_int("minibatch_size", self.minibatch_size, allow_none=True)
@@ -128,8 +142,12 @@ class LearnerConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Learner {name} must be a bool; got {getattr(self, name)!r}.")
         check_reduce_fn(self.reduce_fn)
-        if self.loss is not None and not callable(self.loss):
-            raise TypeError(f"Learner loss must be callable or None; got {self.loss!r}.")
+        for name in ("loss", "results_fn"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"Learner {name} must be callable or None; got {value!r}.")
+        postprocess = as_gradient_postprocess(self.postprocess_gradients, "Learner")
+        object.__setattr__(self, "postprocess_gradients", postprocess)
         updates = tuple(self.additional_updates)
         for update in updates:
             if not callable(update):

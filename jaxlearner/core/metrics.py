@@ -26,6 +26,12 @@ StackedMetrics: TypeAlias = Mapping[str, Mapping[str, jax.Array]]
 ReduceFn: TypeAlias = Callable[[StackedMetrics], Mapping[str, Mapping[str, Any]]]
 """A custom reduction ``fn(stacked) -> {owner: {name: value}}``, traced in the update."""
 
+ResultsFn: TypeAlias = Callable[
+    [Mapping[str, Any], Mapping[str, Mapping[str, Any]]], Mapping[str, Mapping[str, Any]]
+]
+"""RLlib's ``compile_results``: ``fn(batch, metrics) -> {owner: {name: value}}``, traced at the
+end of every update on its whole batch and metrics (:func:`add_results`)."""
+
 REDUCE_FN_NAMES: tuple[str, ...] = ("default", *REDUCTIONS)
 """The names ``reduce_fn`` accepts (besides ``None`` and a callable)."""
 
@@ -41,8 +47,11 @@ _REDUCERS = {
 }
 
 
-def check_loss_metrics(owner: str, metrics: Any) -> dict[str, jax.Array]:
-    """Validates the metrics a loss returned: a mapping of names to scalars.
+def check_loss_metrics(
+    owner: str, metrics: Any, source: str = "The loss", returns: str = "(loss, metrics)"
+) -> dict[str, jax.Array]:
+    """Validates the metrics a loss (or another ``source`` of ``owner``) returned: a mapping
+    of names to scalars.
 
     Raises:
       TypeError: when ``metrics`` is not a mapping with string keys.
@@ -50,18 +59,18 @@ def check_loss_metrics(owner: str, metrics: Any) -> dict[str, jax.Array]:
     """
     if not isinstance(metrics, Mapping):
         raise TypeError(
-            f"The loss of {owner} must return (loss, metrics) with metrics a dict of scalars; "
+            f"{source} of {owner} must return {returns} with metrics a dict of scalars; "
             f"got metrics of type {type(metrics).__name__}."
         )
     checked = {}
     for name, value in metrics.items():
         if not isinstance(name, str):
-            raise TypeError(f"The loss of {owner} returned a metric with non-string key {name!r}.")
+            raise TypeError(f"{source} of {owner} returned a metric with non-string key {name!r}.")
         value = jnp.asarray(value)
         if value.shape != ():
             raise ValueError(
-                f"The loss of {owner} returned metric {name!r} of shape {value.shape}; metrics "
-                "must be scalars (reduce them in the loss, e.g. with .mean())."
+                f"{source} of {owner} returned metric {name!r} of shape {value.shape}; metrics "
+                "must be scalars (reduce them, e.g. with .mean())."
             )
         checked[name] = value.astype(jnp.float32) if value.dtype == jnp.float64 else value
     return checked
@@ -161,6 +170,56 @@ def reduce_steps(
         for owner, values in declared.items()
     }
     return metrics | {o: dict(v) for o, v in reduced.items() if o not in metrics}
+
+
+def add_results(
+    results_fn: ResultsFn,
+    batch: Mapping[str, Any],
+    metrics: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """An update's metrics with what the learner's ``results_fn`` makes of them and its batch.
+
+    Args:
+      results_fn: ``fn(batch, metrics) -> {owner: {name: value}}``, pure (traced in the update).
+      batch: the update's whole batch, ``{module_id: [B, ...]}``.
+      metrics: the update's metrics, reduced as ``reduce_fn`` says.
+
+    Returns:
+      ``metrics`` with each value ``results_fn`` returned added under its owner (a new owner
+      added too); a name already there is replaced. Values may have any shape.
+
+    Raises:
+      TypeError: when ``results_fn`` returns something else than ``{owner: {name: array}}``.
+
+    Example:
+      >>> def results(batch, metrics):
+      ...     return {"policy": {"reward_histogram": jnp.histogram(batch["policy"]["r"], 4)[0]}}
+      >>> metrics = add_results(results, {"policy": {"r": jnp.arange(8.0)}}, {"policy": {}})
+      >>> metrics["policy"]["reward_histogram"].tolist()
+      [2.0, 2.0, 2.0, 2.0]
+    """
+    added = results_fn(dict(batch), {owner: dict(values) for owner, values in metrics.items()})
+    merged = {owner: dict(values) for owner, values in metrics.items()}
+    expected = "{owner: {name: array}}"
+    if not isinstance(added, Mapping):
+        raise TypeError(
+            f"The learner's results_fn must return {expected}; got {type(added).__name__}."
+        )
+    for owner, values in added.items():
+        if not isinstance(owner, str) or not isinstance(values, Mapping):
+            raise TypeError(
+                f"The learner's results_fn must return {expected}; got {owner!r}: "
+                f"{type(values).__name__}."
+            )
+        for name, value in values.items():
+            try:
+                merged.setdefault(owner, {})[name] = jnp.asarray(value)
+            except TypeError:
+                raise TypeError(
+                    f"The learner's results_fn returned {owner}/{name} of type "
+                    f"{type(value).__name__}; values must be arrays (or numbers)."
+                ) from None
+    return merged
 
 
 def last_update_metrics(

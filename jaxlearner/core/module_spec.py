@@ -8,6 +8,7 @@ from typing import Any
 
 from jaxlearner.core.additional_updates import AdditionalUpdate, as_additional_update
 from jaxlearner.core.context import LossFn
+from jaxlearner.core.gradient_postprocess import GradientPostprocessLike, as_gradient_postprocess
 from jaxlearner.core.observers import Observer, check_observers
 from jaxlearner.core.optimizer import DEFAULT_OPTIMIZER, Optimizer, OptimizerLike, as_optimizer
 from jaxlearner.core.schedules import ScheduleLike, as_schedule
@@ -53,6 +54,11 @@ class ModuleSpec:
         :class:`~jaxlearner.Observer` whose state is ``extra[observer.name]``;
         drivers fold every collected batch into it with
         :meth:`~jaxlearner.Learner.observe` (see :mod:`jaxlearner.core.observers`).
+      postprocess_gradients: RLlib's ``postprocess_gradients_for_module`` as a value: a
+        pure ``fn(grads, ctx) -> (grads, metrics)`` run on the module's gradients at every
+        gradient step, before its optimizers' clipping, or a
+        :class:`~jaxlearner.GradientPostprocess` (to run instead of the clipping, or to name
+        it); its metrics join the module's (see :mod:`jaxlearner.core.gradient_postprocess`).
 
     Example:
       >>> import flax.linen as nn, optax, jaxlearner as jl
@@ -74,6 +80,7 @@ class ModuleSpec:
     additional_updates: Sequence[AdditionalUpdate | Callable[..., Any]] = ()
     metric_reductions: Mapping[str, Reduction] = dataclasses.field(default_factory=dict)
     observers: Sequence[Observer] = ()
+    postprocess_gradients: GradientPostprocessLike | None = None
 
     def __post_init__(self) -> None:
         if not (
@@ -114,6 +121,8 @@ class ModuleSpec:
                 )
         object.__setattr__(self, "metric_reductions", reductions)
         object.__setattr__(self, "observers", check_observers(self.observers))
+        postprocess = as_gradient_postprocess(self.postprocess_gradients, "ModuleSpec")
+        object.__setattr__(self, "postprocess_gradients", postprocess)
 
     def _named_optimizers(self) -> dict[str, Optimizer]:
         if self.optimizer is not None and self.optimizers is not None:

@@ -474,3 +474,14 @@ def select_by_label(labels: PyTree, updates: Mapping[str, PyTree]) -> PyTree:
         labels,
         *(updates[name] for name in names),
     )
+
+
+def owned_leaves(tree: PyTree, labels: PyTree, name: str) -> PyTree:
+    """``tree`` with each leaf that optimizer ``name`` does not own (by ``labels``) as ``None``.
+
+    Example:
+      >>> owned_leaves({"actor": 1.0, "critic": 2.0}, {"actor": "actor", "critic": "critic"},
+      ...              "critic")
+      {'actor': None, 'critic': 2.0}
+    """
+    return jax.tree.map(lambda leaf, label: leaf if label == name else None, tree, labels)

@@ -18,13 +18,15 @@ One update, for the modules present in the batch:
    first rows, or ``B // minibatch_size`` with ``drop_last``;
 3. per minibatch step, RLlib's three stages (:mod:`jaxlearner.core.gradients`):
    compute (scheduled hyperparameters refreshed from the counters, each
-   trained module's loss and gradients, or one joint loss), postprocess (each
-   named optimizer's clipping), apply (each named optimizer's step,
+   trained module's loss and gradients, or one joint loss), postprocess (the
+   gradient postprocesses given, then each named optimizer's clipping unless a
+   postprocess replaces it), apply (each named optimizer's step,
    ``after="grad_step"`` additional updates); with ``skip_nonfinite`` a step
    whose loss or gradients are not finite leaves the state as it was;
 4. reduce the metrics over all steps, advance the counters, run
    ``after="update"`` additional updates and learner-level updates; the
-   metrics returned are reduced as the config's ``reduce_fn`` says.
+   metrics returned are reduced as the config's ``reduce_fn`` says, and the
+   config's ``results_fn`` adds what it makes of them and the batch.
 
 :func:`~jaxlearner.core.gradients.make_gradient_stages` gives the same three
 stages on their own, over a whole batch.
@@ -51,7 +53,7 @@ from jaxlearner.core.batch import epoch_blocks, minibatch_plan
 from jaxlearner.core.gradients import GradientStep, step_keys, update_keys
 from jaxlearner.core.initialization import module_key
 from jaxlearner.core.learner_config import LearnerConfig
-from jaxlearner.core.metrics import flatten_steps
+from jaxlearner.core.metrics import add_results, flatten_steps
 from jaxlearner.core.module_spec import ModuleSpec
 from jaxlearner.core.packing import Layout, pack, unpack
 from jaxlearner.core.state import LearnerState
@@ -88,13 +90,16 @@ def make_update(
       ``update(state, batch, env_steps) -> (state, metrics)`` where ``batch``
       is ``{module_id: [B_m, ...] arrays}`` and ``env_steps`` is
       ``{module_id: int32 scalar}``, the env steps each module's batch counts
-      for. ``metrics`` is ``{module_id: {...}, "__all__": {...}}``, reduced
-      over the steps as ``config.reduce_fn`` says; as RLlib's results, each
-      trained module's and ``"__all__"`` (their sums) hold this update's
-      ``num_env_steps_trained`` (the env steps counted) and
-      ``num_agent_steps_trained`` (the batch's rows; sequences, for a batch of
-      sequences) beside the lifetime ``num_env_steps_trained_lifetime``, and
-      ``num_grad_steps``.
+      for, and optionally ``"__all__"``: the whole batch's. ``metrics`` is
+      ``{module_id: {...}, "__all__": {...}}``, reduced over the steps as
+      ``config.reduce_fn`` says, with ``config.results_fn``'s added; as RLlib's
+      results, each trained module's and ``"__all__"`` hold this update's
+      ``num_env_steps_trained`` (a module's env steps; ``"__all__"``'s the batch's:
+      ``env_steps["__all__"]``, by default the largest module's) and
+      ``num_agent_steps_trained`` (the batch's rows, summed under ``"__all__"``;
+      sequences, for a batch of sequences) beside the lifetime
+      ``num_env_steps_trained_lifetime`` (under ``"__all__"``, the modules' summed)
+      and ``num_grad_steps``.
 
     Example:
       >>> update = jax.jit(make_update(learner.specs, learner.config))   # doctest: +SKIP
@@ -122,7 +127,7 @@ def make_update(
         ) -> tuple[LearnerState, Any]:
             minibatch, key = inputs
             grads, metrics = gradient_step.compute(state.modules, minibatch, key)
-            grads = gradient_step.postprocess(state.modules, grads)
+            grads, metrics = gradient_step.postprocess(state.modules, grads, metrics)
             state, metrics = gradient_step.apply(state, grads, metrics)
             # One stored array per shape and dtype, not one per metric (core/packing.py).
             packed, layout = pack(metrics)
@@ -144,6 +149,11 @@ def make_update(
         _, epoch_keys = update_keys(state.key, config.num_epochs)
         state, stacked = jax.lax.scan(run_epoch, state, epoch_keys)
         stacked = unpack(stacked, layouts[0], batch_ndim=2)
-        return gradient_step.finish(state, flatten_steps(stacked), trained, env_steps, rows)
+        state, metrics = gradient_step.finish(
+            state, flatten_steps(stacked), trained, env_steps, rows
+        )
+        if config.results_fn is not None:
+            metrics = add_results(config.results_fn, batch, metrics)
+        return state, metrics
 
     return update

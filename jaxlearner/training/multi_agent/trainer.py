@@ -52,6 +52,7 @@ from jaxlearner.algorithms.multi_agent_ppo import (
 )
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
+from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
 from jaxlearner.training import run_book
@@ -256,9 +257,10 @@ class MultiAgentTrainer:
         modules = self._modules()
         trained = {m: modules[m] for m in self._trained}
         batches = self._postprocess(trained, experiences)
-        self._state, metrics = self._learner.update(
-            self._state, batches, env_steps={m: rollout.agent_steps[m] for m in self._trained}
-        )
+        # Each policy counts its agent steps; "__all__" the iteration's env steps, as RLlib's.
+        env_steps = {m: rollout.agent_steps[m] for m in self._trained}
+        env_steps[ALL_MODULES] = rollout.env_steps
+        self._state, metrics = self._learner.update(self._state, batches, env_steps=env_steps)
         learner_metrics = flatten_metrics(jax.device_get(metrics))
         elapsed, compiling = watch.read()
         counters = self.counters
