@@ -156,3 +156,9 @@ def test_the_readme_states_the_steps_the_embedded_default_takes(tmp_path):
     assert line.startswith(f"Done: {claimed} env steps in "), line
     assert line.endswith("two evaluations in a row at >= 475: reached."), line
 
+
+def test_no_page_names_the_repository_address_that_does_not_exist():
+    # github.com/jaxlearner/jaxlearner was never created: the docs name paths in the source
+    # tree instead, and the site has no repository button.
+    for page in [*DOC_PAGES, ROOT / "docs/conf.py"]:
+        assert "github.com/jaxlearner" not in page.read_text(), page
