@@ -1,5 +1,6 @@
-"""What ``jaxlearner train`` says at its start and end: the budget as it will run, and
-which stop rule ended the run, in words a user cannot misread.
+"""What ``jaxlearner train`` says at its start and end: its first line, printed before
+anything compiles (a cold start compiles for seconds), the budget as it will run, and which
+stop rule ended the run, in words a user cannot misread.
 
 A run ends at the first whole iteration at or past ``--max-steps``, so the budget line says
 the count it will stop at when that differs. The closing line names the stop rule and whether
@@ -39,6 +40,30 @@ class CommandTimes:
     command_s: float
     training_s: float
     compiling_s: float
+
+
+def opening_line(
+    settings: RunSettings, out: pathlib.Path, resume: tuple[pathlib.Path, int] | None
+) -> str:
+    """The command's first line, said before anything compiles (building the trainer does):
+    what trains, where, from which checkpoint step.
+
+    Example:
+      >>> opening_line(settings, pathlib.Path("runs/ppo"), None)  # doctest: +SKIP
+      "Training ppo on CartPole-v1 with 8 envs, preset ppo/CartPole-v1 (rl_zoo3); run folder
+      runs/ppo; compiling the update..."
+    """
+    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs, " + (
+        f"preset {settings.preset}" if settings.preset else "no preset (the library's defaults)"
+    )
+    if settings.dataset is not None:
+        where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"
+    if resume is None:
+        return f"Training {where}; run folder {out}; compiling the update..."
+    return (
+        f"Resuming {where} from checkpoint step {resume[1]}; run folder {out}; "
+        "compiling the update..."
+    )
 
 
 def budget_line(

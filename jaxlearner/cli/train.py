@@ -59,7 +59,7 @@ from jaxlearner.cli.run_settings import (
     load_dataset,
     run_settings,
 )
-from jaxlearner.cli.summary import CommandTimes, budget_line, done_text
+from jaxlearner.cli.summary import CommandTimes, budget_line, done_text, opening_line
 from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.folder_lock import FolderLock
@@ -231,7 +231,7 @@ def _train_in(
         if resume is not None and resume[0] == out:
             _truncate_metrics(out / METRICS_FILE, resume[1])
         # Said before the trainer is built: building it compiles (seconds on a cold start).
-        print(_opening_line(settings, out, resume), flush=True)
+        print(opening_line(settings, out, resume), flush=True)
         trainer = _trainer(settings, algorithm, _writers(out, options), options)
         if resume is not None:
             _restore(trainer, checkpoint, *resume, beside=resume[0] != out)
@@ -372,24 +372,6 @@ def iterations_per_step(settings: RunSettings, steps_per_iteration: int) -> int:
     fit = max(1, min(settings.eval_every, settings.checkpoint_every_steps) // steps_per_iteration)
     total = math.ceil(settings.max_steps / steps_per_iteration)
     return max(k for k in range(1, fit + 1) if total % k == 0)
-
-
-def _opening_line(
-    settings: RunSettings, out: pathlib.Path, resume: tuple[pathlib.Path, int] | None
-) -> str:
-    """The command's first line, said before anything compiles: what trains, where, from
-    which checkpoint step."""
-    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs, " + (
-        f"preset {settings.preset}" if settings.preset else "no preset (the library's defaults)"
-    )
-    if settings.dataset is not None:
-        where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"
-    if resume is None:
-        return f"Training {where}; run folder {out}; compiling the update..."
-    return (
-        f"Resuming {where} from checkpoint step {resume[1]}; run folder {out}; "
-        "compiling the update..."
-    )
 
 
 def _run(
