@@ -12,6 +12,7 @@ import types
 
 import nbformat
 import pytest
+from helpers import users_environment
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -54,23 +55,94 @@ def test_notebook_holds_the_outputs_the_docs_render(name):
     assert not [output for output in outputs if output["output_type"] == "error"], name
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
-def test_notebook_runs(name, tmp_path):
-    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    notebook = with_parameters(notebook, SHORT_BUDGETS[name].format(tmp=tmp_path))
-    os.environ.setdefault("MPLBACKEND", "Agg")
+# The notebooks whose saved outputs a test compares with a run at their own budgets, figures
+# and all (many_seeds.ipynb takes minutes: its outputs' words are compared at the short budget).
+FULL_RUNS = ("custom_learner.ipynb", "quickstart.ipynb")
+
+
+def _execute(notebook, folder, env=None):
+    """Runs ``notebook`` in a fresh kernel in ``folder``; its errors, if any."""
+    environment = {**(os.environ if env is None else env), "MPLBACKEND": "Agg"}  # no windows
     client = NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": folder}}
     )
-    client.execute()
-    errors = [
+    client.execute(env=environment)
+    return [
         output
         for cell in notebook.cells
         for output in cell.get("outputs", [])
         if output.get("output_type") == "error"
     ]
-    assert not errors
+
+
+def _parameters(source):
+    """The string parameters a parameters cell sets (paths), by name."""
+    values = {}
+    exec(source, values)
+    return {name: value for name, value in values.items() if isinstance(value, str)}
+
+
+def printed(notebook, parameters):
+    """Each code cell's printed text (streams and plain-text results; figures left out: the
+    tests draw them with Agg, which shows none), with the string parameters' values (the
+    checkpoint folder) written as their names."""
+    texts = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or "injected-parameters" in cell.metadata.get("tags", []):
+            continue
+        text = "".join(
+            output.get("text", "") + output.get("data", {}).get("text/plain", "")
+            for output in cell.get("outputs", [])
+            if "image/png" not in output.get("data", {})
+        )
+        for name, value in parameters.items():
+            text = text.replace(value, name)
+        texts.append(text)
+    return texts
+
+
+def words(text):
+    """The names a printed text holds (metric keys, messages), numbers left out."""
+    return sorted(set(re.findall(r"[A-Za-z_][\w/]*", re.sub(r"\d[\d.]*(e[-+]?\d+)?", "#", text))))
+
+
+def figures(text):
+    """A printed text with every decimal number (times, returns, losses: their roundings
+    depend on the CPU) as ``#``: the counts (env steps, steps saved, shapes) stay."""
+    return re.sub(r"\d+\.\d*(e[-+]?\d+)?", "#", text)
+
+
+def _saved(name):
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    return notebook, _parameters(
+        next(c for c in cells if "parameters" in c.metadata.get("tags", [])).source
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
+def test_notebook_runs_and_its_saved_outputs_say_what_it_prints_today(name, tmp_path):
+    saved, own = _saved(name)
+    overrides = SHORT_BUDGETS[name].format(tmp=tmp_path)
+    notebook = with_parameters(nbformat.read(NOTEBOOKS / name, as_version=4), overrides)
+    assert not _execute(notebook, tmp_path)
+    # The saved outputs' words are today's: metric keys, messages (docs/execute_notebooks.py).
+    now = [words(text) for text in printed(notebook, _parameters(overrides))]
+    assert [words(text) for text in printed(saved, own)] == now
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FULL_RUNS)
+def test_notebook_saved_figures_are_what_it_prints_today(name, tmp_path):
+    # At the notebook's own budget, in a user's environment (no fake devices): the counts it
+    # saved (env steps to the reward, checkpoint steps) are the ones it prints today.
+    saved, own = _saved(name)
+    overrides = f'CHECKPOINT_DIR = "{tmp_path}/ckpt"'
+    notebook = with_parameters(nbformat.read(NOTEBOOKS / name, as_version=4), overrides)
+    assert not _execute(notebook, tmp_path, env=users_environment())
+    now = printed(notebook, _parameters(overrides))
+    assert [figures(text) for text in printed(saved, own)] == [figures(text) for text in now]
 
 
 def _install_cell(name):
