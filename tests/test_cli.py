@@ -250,7 +250,7 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues(signal_number, tmp_pat
     resumed = _cli("train", "--resume", str(out), "--no-progress", env=env)
     stdout, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr
-    assert f"from env step {int(stopped[-1]['env_steps'])}" in stdout
+    assert f"\nFrom env step {int(stopped[-1]['env_steps']):,}, stops at " in stdout
     records = _train_records(out)
     assert [r["iteration"] for r in records] == list(range(1, 17))
     assert [r["env_steps"] for r in records] == [1024 * i for i in range(1, 17)]

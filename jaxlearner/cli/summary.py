@@ -67,11 +67,17 @@ def opening_line(
 
 
 def budget_line(
-    settings: RunSettings, per_iteration: int, unit: str = "env steps", start: int = 0
+    settings: RunSettings,
+    per_iteration: int,
+    unit: str = "env steps",
+    start: int = 0,
+    *,
+    resumed: bool = False,
 ) -> str:
-    """The run's budget and stop rule as it will run, e.g. ``"stops at 2 evaluations in a
-    row >= 475 or 100,352 env steps (--max-steps 100,000 rounded up to whole iterations of
-    2,048)"``; ``start`` is the count the run goes on from (a resumed run's).
+    """The run's budget and stop rule as it will run, e.g. ``"Stops at two evaluations in a
+    row >= 475 or at 100,352 env steps (--max-steps 100,000 rounded up to whole iterations of
+    2,048)."``. ``start`` is the count the run goes on from (an off-policy warm-up's, a resumed
+    run's); a ``resumed`` run's line begins ``"From env step 512, "``.
 
     Example:
       >>> budget_line(settings, 2048)  # doctest: +SKIP
@@ -83,9 +89,12 @@ def budget_line(
             f" (--max-steps {settings.max_steps:,} rounded up to whole iterations of "
             f"{per_iteration:,})"
         )
+    stops = "Stops"
+    if resumed:
+        stops = f"From {unit[:-1]} {start:,}, stops"
     if settings.stop_reward is None:
-        return f"Stops at {steps}; no stop reward."
-    return f"Stops at two evaluations in a row >= {settings.stop_reward:g} or at {steps}."
+        return f"{stops} at {steps}; no stop reward."
+    return f"{stops} at two evaluations in a row >= {settings.stop_reward:g} or at {steps}."
 
 
 def verdict(settings: RunSettings, history: Sequence[Mapping[str, float]]) -> str:

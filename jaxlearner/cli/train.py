@@ -396,7 +396,8 @@ def _run(
         else trainer.env_steps_per_iteration
     )
     start = trainer.counters.env_steps
-    print(budget_line(settings, per_iteration, steps, start), flush=True)
+    resumed = options.resume is not None
+    print(budget_line(settings, per_iteration, steps, start, resumed=resumed), flush=True)
     seconds_before, rows_before = trainer.counters.time_total_s, len(trainer.history)
     with _Interrupted(trainer) as interrupted:
         trainer.run(
