@@ -61,8 +61,5 @@ html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 html_title = f"jaxlearner {release}"
-html_theme_options = {
-    "repository_url": "https://github.com/jaxlearner/jaxlearner",
-    "use_repository_button": True,
-    "show_toc_level": 2,
-}
+# No repository button: the project has no public repository address yet (the docs name none).
+html_theme_options = {"show_toc_level": 2}

@@ -28,12 +28,26 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import NoReturn
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals the command answers with one line and status ``128 + number``."""
+
+_started: float | None = None
+"""When :func:`main` began, as ``time.monotonic()``; ``None`` until it runs."""
+
+
+def command_started() -> float | None:
+    """When this process's ``jaxlearner`` command began (``time.monotonic()``), before it
+    imported JAX: ``train``'s closing line counts the whole command's wall time from it.
+
+    Returns:
+      ``None`` where :func:`main` did not run (``jaxlearner.cli.main`` called from Python).
+    """
+    return _started
 
 
 class Interrupted(KeyboardInterrupt):
@@ -153,6 +167,8 @@ def main() -> NoReturn:
     once stdout and stderr are flushed (the command closed its files and
     checkpoints already), so no signal can land in Python's teardown.
     """
+    global _started
+    _started = time.monotonic()
     catcher = SignalCatcher()
     for number in SIGNALS:
         signal.signal(number, catcher)

@@ -326,3 +326,10 @@ def doc_block(marker):
     ]
     assert len(found) == 1, f"{len(found)} python blocks after the '{marker}' marker, not 1"
     return found[0]
+
+
+def users_environment():
+    """The environment a user's command or notebook runs in: this one without the XLA flags
+    conftest.py sets for the commands the tests start (8 fake devices, XLA's older CPU
+    emitters, -O0), which change a run's roundings and so its figures."""
+    return {name: value for name, value in os.environ.items() if name != "XLA_FLAGS"}

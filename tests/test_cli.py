@@ -77,6 +77,24 @@ def test_eval_writes_a_video_of_one_episode(run, tmp_path, capsys, suffix):
     assert frames >= 8  # CartPole cannot end sooner
 
 
+def test_eval_video_prints_no_audio_or_display_noise(run, tmp_path):
+    # pygame's SDL opened a sound device and a display for off-screen frames: on a machine
+    # with neither, screens of "ALSA lib ... cannot find card '0'" and "XDG_RUNTIME_DIR is
+    # invalid" on stderr. The command sets SDL's dummy drivers where the user set none.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SDL_")}
+    target = tmp_path / "quiet.gif"
+    command = ["eval", str(run), "--episodes", "1", "--video", str(target)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxlearner_cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+    )
+    assert done.returncode == 0 and target.stat().st_size > 1000, done.stderr
+    assert done.stderr == ""
+
+
 def test_eval_plays_one_episode_in_a_window(run, capsys, monkeypatch):
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # a window without a display
     assert main(["eval", str(run), "--episodes", "1", "--render", "human"]) == 0
@@ -232,7 +250,7 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues(signal_number, tmp_pat
     resumed = _cli("train", "--resume", str(out), "--no-progress", env=env)
     stdout, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr
-    assert f"from env step {int(stopped[-1]['env_steps'])}" in stdout
+    assert f"\nFrom env step {int(stopped[-1]['env_steps']):,}, stops at " in stdout
     records = _train_records(out)
     assert [r["iteration"] for r in records] == list(range(1, 17))
     assert [r["env_steps"] for r in records] == [1024 * i for i in range(1, 17)]

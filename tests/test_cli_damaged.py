@@ -130,7 +130,9 @@ def test_resume_past_a_damaged_newest_step_goes_on_beside_the_run(run, how):
         f"jaxlearner train: resuming from checkpoint step 2, the newest intact one, in a new "
         f"run folder {beside} ({run} is left as it is, its steps [3] included)"
     )
-    assert f"from env step 512; run folder {beside}" in result.stdout, result.stdout
+    opening, budget = lines(result.stdout)[:2]
+    assert opening.endswith(f"from checkpoint step 2; run folder {beside}; compiling the update...")
+    assert budget.startswith("From env step 512, stops at "), result.stdout
     assert contents(run) == before  # the damaged step and the metrics included
     info = json.loads((beside / "run.json").read_text())
     assert info["resumed_from"] == {"run": str(run), "step": 2}

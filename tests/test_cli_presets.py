@@ -118,6 +118,19 @@ def test_a_mujoco_env_without_mujoco_names_the_extra(capsys, monkeypatch, tmp_pa
         )
 
 
+@pytest.mark.parametrize("env", ["LunarLander-v3", "BipedalWalker-v3"])
+def test_a_box2d_env_without_box2d_names_the_extra(env, capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "Box2D", None)  # as if not installed
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "ppo", "--env", env, "--out", str(out)])
+    assert exited.value.code == 2 and not out.exists()
+    assert capsys.readouterr().err == (
+        f"jaxlearner train: error: {env} needs Box2D, which is not installed: "
+        'pip install "jaxlearner[box2d]"\n'
+    )
+
+
 def test_train_help_says_presets_apply(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -2,8 +2,10 @@
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
+import tomllib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxlearner"
 
@@ -299,3 +301,20 @@ def test_a_cycle_through_a_function_local_import_is_caught(tmp_path):
         },
     )
     assert cycles(import_graph(package)) == [["pkg.core.learner", "pkg.core.registry"]]
+
+
+def test_every_extra_the_package_and_its_pages_name_is_declared():
+    # An error that says pip install "jaxlearner[box2d]" needs pyproject to have that extra.
+    root = PACKAGE.parent
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    files = [*PACKAGE.rglob("*.py"), root / "README.md", *(root / "docs").rglob("*.md")]
+    named = {
+        (extra, path.relative_to(root).as_posix())
+        for path in files
+        if "_build" not in path.parts
+        for names in re.findall(r"jaxlearner\[([\w,-]+)\]", path.read_text())
+        for extra in names.split(",")
+    }
+    undeclared = {pair for pair in named if pair[0] not in declared["optional-dependencies"]}
+    assert not undeclared
+    assert ("box2d", "jaxlearner/cli/run_settings.py") in named

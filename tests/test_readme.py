@@ -2,10 +2,13 @@
 that build on it. Each python block follows a marker naming the test that runs it."""
 
 import pathlib
+import re
+import subprocess
+import sys
 
 import jax
 import pytest
-from helpers import DOC_PAGES, MARKED_BLOCK, assert_trees_close, doc_block
+from helpers import DOC_PAGES, MARKED_BLOCK, ROOT, assert_trees_close, doc_block, users_environment
 
 # The markers this file runs, and the one tests/test_multi_agent.py runs.
 RUN_HERE = (
@@ -150,3 +153,30 @@ def test_custom_trainer_block_trains_the_quickstart_learner(quickstart):
     namespace = _run("custom-trainer", quickstart)
     assert [stats["iteration"] for stats in namespace["history"]] == [1, 2, 3]
     assert int(namespace["trainer"].state.updates) == 3
+
+
+@pytest.mark.slow
+def test_the_readme_states_the_steps_the_embedded_default_takes(tmp_path):
+    # "jaxlearner train ppo" as the README runs it, in a user's environment; the README's
+    # figure is what its closing line says.
+    text = " ".join((ROOT / "README.md").read_text().split())
+    (claimed,) = re.findall(r"the embedded default, RL Zoo's settings: ([\d,]+) env steps", text)
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxlearner_cli", "train", "ppo", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=users_environment(),
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("Done: ")]
+    assert line.startswith(f"Done: {claimed} env steps in "), line
+    assert line.endswith("two evaluations in a row at >= 475: reached."), line
+
+
+def test_no_page_names_the_repository_address_that_does_not_exist():
+    # github.com/jaxlearner/jaxlearner was never created: the docs name paths in the source
+    # tree instead, and the site has no repository button.
+    for page in [*DOC_PAGES, ROOT / "docs/conf.py"]:
+        assert "github.com/jaxlearner" not in page.read_text(), page

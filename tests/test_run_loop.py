@@ -7,6 +7,7 @@ from helpers import ListWriter
 
 import jaxlearner as jl
 from jaxlearner.training.run_loop import (
+    budget_end,
     next_evaluation,
     run_loop,
     stop_conditions_list,
@@ -144,6 +145,43 @@ def test_stop_conditions_and_their_description():
     description = stop_description([bound, jl.MaxEnvSteps(300_000)])
     assert description == "stops at 2 evals >= 475 in a row or 300k steps"
     assert stop_description([]) is None
+
+
+class SizedTrainer(CountingTrainer):
+    """A CountingTrainer that says its iteration's size, as Trainer and AnakinTrainer do."""
+
+    env_steps_per_iteration = 100
+
+
+def _bar_rows(text):
+    """The bar's states as tqdm drew them (each redraw after a carriage return)."""
+    return [row.strip() for row in text.replace("\r", "\n").split("\n") if "steps" in row]
+
+
+@pytest.mark.parametrize("trainer_class", [CountingTrainer, SizedTrainer])
+def test_the_progress_bar_runs_to_the_rounded_budget_and_ends_at_100_percent(trainer_class, capsys):
+    # 250 env steps asked for, whole iterations of 100: the run ends at 300.
+    trainer = trainer_class()
+    run_loop(trainer, [], jl.MaxEnvSteps(250), progress=True)
+    assert trainer.counters.env_steps == 300
+    rows = _bar_rows(capsys.readouterr().err)
+    assert rows[-1].startswith("100%|") and "300/300 steps" in rows[-1], rows
+    assert not any("/?" in row for row in rows)  # tqdm past its total: "0%| 300/?"
+    if trainer_class is SizedTrainer:  # the rounded total from the first draw, compiling
+        assert "stops at 300 steps" in rows[0] and "0/300 steps" in rows[1]
+    # A run resumed at 200 env steps ends at 300 too: its total counts from there.
+    trainer.counters.env_steps = 200
+    run_loop(trainer, [], jl.MaxEnvSteps(250), progress=True)
+    assert "300/300 steps" in _bar_rows(capsys.readouterr().err)[-1]
+
+
+def test_budget_end():
+    # ceil((budget - start) / per) whole iterations after start.
+    assert budget_end(100_000, 2048) == 49 * 2048 == 100_352
+    assert budget_end(4096, 2048) == 4096 and budget_end(250, 100, start=50) == 250
+    assert budget_end(250, 100, start=300) == 300  # spent: where it stands
+    with pytest.raises(ValueError, match="per_iteration must be a positive int; got 0"):
+        budget_end(250, 0)
 
 
 def test_a_second_run_continues_the_evaluation_schedule_of_the_history():

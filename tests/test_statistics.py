@@ -152,6 +152,28 @@ def test_plot_aggregate_and_table_from_the_command_line(tmp_path, capsys):
     assert lines[1].split()[3] == f"{expected:.1f}"
 
 
+def test_plot_table_of_runs_with_different_stop_rewards_or_none(tmp_path, capsys):
+    # PPO (475) and DQN (400) on CartPole: a gap column per stop reward (it was a traceback).
+    steps, values = _cartpole_like_seeds()
+    ppo = _fake_run(tmp_path / "ppo", "ppo", values[0], steps)
+    dqn = _fake_run(tmp_path / "dqn", "dqn", values[1], steps, stop_reward=400.0)
+    free = _fake_run(tmp_path / "free", "sac", values[2], steps, stop_reward=None)
+    assert main(["plot", ppo, dqn, free, "--table"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = [cell.strip() for cell in lines[0].split("  ") if cell.strip()]
+    assert header[-2:] == ["opt. gap to 400 [95% CI]", "opt. gap to 475 [95% CI]"]
+    for line, final in zip(lines[1:4], values[:3, -1], strict=True):
+        gaps = [max(target - final, 0.0) for target in (400.0, 475.0)]  # one run per group
+        assert line.split()[-6::3] == [f"{gap:.1f}" for gap in gaps], line
+    assert lines[-1] == (
+        "(final evaluation return per run; optimality gap to the stop rewards 400, 475)"
+    )
+    # No run names a stop reward: no gap column.
+    assert main(["plot", free, "--table"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "gap" not in lines[0] and lines[-1] == "(final evaluation return per run)"
+
+
 def test_plot_table_needs_evaluations(tmp_path, capsys):
     run = _fake_run(tmp_path / "run", "ppo", [], [])
     with pytest.raises(SystemExit) as exited:

@@ -1,5 +1,7 @@
 """Videos: one episode's frames from gymnasium's rendering, written as GIF and MP4."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +9,7 @@ import pytest
 from PIL import Image
 
 from jaxlearner.training.env_runner import EnvRunner
-from jaxlearner.training.outputs.video import fps_of, record_episode, write_video
+from jaxlearner.training.outputs.video import fps_of, quiet_renders, record_episode, write_video
 
 
 def push_left(params, obs, key):
@@ -24,6 +26,19 @@ def test_cartpole_episode_frames_are_the_states_before_each_step():
     again, _ = record_episode(runner, push_left, None, jax.random.key(1), seed=3)
     assert all(np.array_equal(a, b) for a, b in zip(frames, again, strict=True))
     assert fps_of(runner) == 50
+
+
+def test_recording_opens_no_sound_device_and_keeps_the_users_choice(monkeypatch):
+    monkeypatch.delenv("SDL_AUDIODRIVER", raising=False)
+    monkeypatch.delenv("SDL_VIDEODRIVER", raising=False)
+    runner = EnvRunner("CartPole-v1", env_config={"render_mode": "rgb_array"})
+    record_episode(runner, push_left, None, jax.random.key(0), seed=3)
+    assert os.environ["SDL_AUDIODRIVER"] == "dummy"
+    assert "SDL_VIDEODRIVER" not in os.environ  # a window may follow in this process
+    monkeypatch.setenv("SDL_AUDIODRIVER", "pulseaudio")
+    quiet_renders(offscreen=True)
+    assert os.environ["SDL_AUDIODRIVER"] == "pulseaudio"  # the user's, kept
+    assert os.environ["SDL_VIDEODRIVER"] == "dummy"
 
 
 def test_pendulum_episode_runs_to_truncation():

@@ -45,6 +45,7 @@ from jaxlearner.training.offline.record import record_run
 from jaxlearner.training.outputs.video import (
     check_video_path,
     fps_of,
+    quiet_renders,
     record_episode,
     require_mp4_writer,
     write_video,
@@ -66,6 +67,7 @@ def evaluate(options: EvalOptions) -> int:
             f"{'--video' if video is not None else '--render'} (eval reports its returns)"
         )
     if video is not None or options.render is not None:
+        quiet_renders(offscreen=video is not None)  # no sound device; a video, no display
         _check_rendering(info["env"])
     chosen = read_checkpoint(
         run / CHECKPOINTS,

@@ -291,8 +291,8 @@ class PlotOptions:
         draw each group's evaluation returns as their interquartile mean with a 95%
         stratified bootstrap interval, instead of one curve per run.
       table: print each group's final evaluation return as IQM, median, mean (and the
-        optimality gap to the runs' stop reward), each with its 95% bootstrap interval,
-        instead of drawing.
+        optimality gap to each stop reward the runs name), each with its 95% bootstrap
+        interval, instead of drawing.
 
     Raises:
       ValueError: for no run.

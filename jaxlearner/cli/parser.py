@@ -276,8 +276,8 @@ def _add_plot(commands: _Commands) -> None:
         "--table",
         action="store_true",
         help="print each algorithm and environment's final evaluation return over its runs "
-        "(IQM, median, mean, optimality gap to the stop reward, with 95%% bootstrap "
-        "intervals) instead of drawing",
+        "(IQM, median, mean, and the optimality gap to each stop reward the runs name, with "
+        "95%% bootstrap intervals) instead of drawing",
     )
 
 

@@ -133,14 +133,16 @@ def _aligned_evaluations(members: list[Run]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _table(groups: dict[str, list[Run]]) -> str:
-    """The final evaluation of each run, aggregated per group; the optimality gap to the
-    stop reward when every run names the same one."""
+    """The final evaluation of each run, aggregated per group; an optimality-gap column for
+    each stop reward the runs name (none when none does)."""
     finals = {
         label: [_final_evaluation(records) for _, _, records in members]
         for label, members in groups.items()
     }
-    targets = {info.get("stop_reward") for members in groups.values() for _, info, _ in members}
-    target = targets.pop() if len(targets) == 1 else None
-    table = format_table(finals, target=target)
-    note = f"final evaluation return per run; optimality gap to the stop reward {target:g}"
-    return f"{table}\n({note if target is not None else 'final evaluation return per run'})"
+    named = {info.get("stop_reward") for members in groups.values() for _, info, _ in members}
+    targets = sorted(float(value) for value in named if value is not None)
+    note = "final evaluation return per run"
+    if targets:
+        rewards = ", ".join(f"{value:g}" for value in targets)
+        note += f"; optimality gap to the stop reward{'s' * (len(targets) > 1)} {rewards}"
+    return f"{format_table(finals, target=targets)}\n({note})"

@@ -396,16 +396,21 @@ def _build_anakin(settings: RunSettings) -> AnyAlgorithm:
     return algorithm
 
 
-EXTRAS: dict[str, tuple[str, str]] = {"gymnasium.envs.mujoco": ("mujoco", "mujoco")}
+EXTRAS: dict[str, tuple[str, str]] = {
+    "gymnasium.envs.mujoco": ("mujoco", "mujoco"),
+    "gymnasium.envs.box2d": ("Box2D", "box2d"),  # LunarLander, BipedalWalker, CarRacing
+}
 """Environments by entry-point package: the module they import and jaxlearner's extra."""
 
 
 def check_env_extra(env_id: str) -> None:
-    """A MuJoCo, Atari or gymnax environment without its extra installed is one line naming
-    the extra; so is an unknown gymnax name, with gymnax's names.
+    """A MuJoCo, Box2D, Atari or gymnax environment without its extra installed is one line
+    naming the extra; so is an unknown gymnax name, with gymnax's names.
 
     Raises:
-      UsageError: ``HalfCheetah-v5 needs MuJoCo: pip install "jaxlearner[mujoco]"``;
+      UsageError: ``HalfCheetah-v5 needs mujoco, which is not installed: pip install
+        "jaxlearner[mujoco]"``; ``LunarLander-v3 needs Box2D, which is not installed: pip
+        install "jaxlearner[box2d]"``;
         ``ALE/Pong-v5 needs ale-py, which is not installed: pip install "jaxlearner[atari]"``;
         ``gymnax environments need gymnax, which is not installed: pip install
         "jaxlearner[gymnax]"``.

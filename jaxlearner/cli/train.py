@@ -22,6 +22,7 @@ import math
 import pathlib
 import signal
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from types import FrameType
@@ -58,7 +59,13 @@ from jaxlearner.cli.run_settings import (
     load_dataset,
     run_settings,
 )
-from jaxlearner.cli.summary import budget_line, done_text, schedules_line
+from jaxlearner.cli.summary import (
+    CommandTimes,
+    budget_line,
+    done_text,
+    opening_line,
+    schedules_line,
+)
 from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.folder_lock import FolderLock
@@ -72,7 +79,7 @@ from jaxlearner.training.outputs.loggers import (
 )
 from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound, StopCondition
 from jaxlearner.training.trainer import Trainer
-from jaxlearner_cli import SIGNALS, Interrupted
+from jaxlearner_cli import SIGNALS, Interrupted, command_started
 
 AnyTrainer: TypeAlias = Trainer | OfflineTrainer | AnakinTrainer
 """The trainer ``jaxlearner train`` runs: on rollouts, on a dataset (BC, MARWIL), or compiled
@@ -126,8 +133,9 @@ def train(options: TrainOptions) -> int:
     Raises:
       UsageError: for any option that does not fit, before the run folder is made.
     """
+    started = _command_start()
     if options.resume is not None:
-        return _resume(options, options.resume)
+        return _resume(options, options.resume, started)
     if options.out is not None:
         check_folder_path("--out", options.out)  # before anything is built
     settings = run_settings(options)
@@ -145,10 +153,17 @@ def train(options: TrainOptions) -> int:
         "started": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     write_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
-    return _train_in(out, [lock], settings, algorithm, options, None)
+    return _train_in(out, [lock], settings, algorithm, options, None, started)
 
 
-def _resume(options: TrainOptions, run: pathlib.Path) -> int:
+def _command_start() -> float:
+    """When the command began (``time.monotonic()``): the entry point's start, before JAX was
+    imported; this call's, where ``jaxlearner.cli.main`` runs in-process."""
+    started = command_started()
+    return time.monotonic() if started is None else started
+
+
+def _resume(options: TrainOptions, run: pathlib.Path, started: float) -> int:
     """``train --resume RUN``: from its newest intact step (or ``--step N``), in ``RUN`` itself
     when that is its newest step, else in a new folder beside it (``RUN-2``), so that no step
     of ``RUN``, damaged or newer, is deleted or changed."""
@@ -181,7 +196,7 @@ def _resume(options: TrainOptions, run: pathlib.Path) -> int:
         for lock in locks:
             lock.release()
         raise
-    return _train_in(out, locks, settings, algorithm, options, (run, chosen.step))
+    return _train_in(out, locks, settings, algorithm, options, (run, chosen.step), started)
 
 
 def _read_resumable(run: pathlib.Path, step: int) -> None:
@@ -209,9 +224,11 @@ def _train_in(
     algorithm: AnyAlgorithm,
     options: TrainOptions,
     resume: tuple[pathlib.Path, int] | None,
+    started: float,
 ) -> int:
     """Trains into the run folder ``out`` (from step ``resume = (run, step)``, if given) and
-    releases ``locks`` at the end."""
+    releases ``locks`` at the end; the closing line counts the command's time from
+    ``started`` (``time.monotonic()``)."""
     checkpoint = CheckpointManager(
         out / CHECKPOINTS, max_to_keep=3, keep_best=1, best_metric="eval/return_mean"
     )
@@ -219,14 +236,16 @@ def _train_in(
     try:
         if resume is not None and resume[0] == out:
             _truncate_metrics(out / METRICS_FILE, resume[1])
+        # Said before the trainer is built: building it compiles (seconds on a cold start).
+        print(opening_line(settings, out, resume), flush=True)
         trainer = _trainer(settings, algorithm, _writers(out, options), options)
         if resume is not None:
             _restore(trainer, checkpoint, *resume, beside=resume[0] != out)
         status, summary = _run(trainer, checkpoint, settings, out, options)
         trainer.close()  # the console's last held-back line comes before the summary
         trainer = None
-        if summary:
-            print(summary, flush=True)
+        if summary is not None:
+            print(summary(time.monotonic() - started), flush=True)
         return status
     except NonFiniteError as error:
         print(_nonfinite_line(error, checkpoint, out), file=sys.stderr, flush=True)
@@ -367,36 +386,27 @@ def _run(
     settings: RunSettings,
     out: pathlib.Path,
     options: TrainOptions,
-) -> tuple[int, str | None]:
+) -> tuple[int, Callable[[float], str] | None]:
     """Trains until a stop condition holds or a signal arrives; saves; returns the exit status
-    and the closing summary, which the caller prints once the writers are closed."""
+    and the closing summary of the command's wall time in seconds, which the caller prints
+    once the writers are closed."""
     conditions = _stop_conditions(settings)
     save = _saver(trainer, checkpoint, settings.checkpoint_every_steps)
-    where = f"{settings.algorithm} on {settings.env} with {settings.num_envs} envs, " + (
-        f"preset {settings.preset}" if settings.preset else "no preset (the library's defaults)"
-    )
-    steps = "env steps"
-    if settings.dataset is not None:
-        where = f"{settings.algorithm} on dataset {settings.dataset}, evaluated on {settings.env}"
-        steps = "dataset rows"
-    if options.resume is None:
-        print(f"Training {where}; run folder {out} (the first iteration compiles)", flush=True)
-    elif AnyOf(*conditions)(trainer.history):
+    steps = "env steps" if settings.dataset is None else "dataset rows"
+    if options.resume is not None and AnyOf(*conditions)(trainer.history):
         print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
         return 0, None
-    else:
-        print(
-            f"Resuming {where} from {steps[:-1]} {trainer.counters.env_steps}; run folder {out}",
-            flush=True,
-        )
     per_iteration = (
         trainer.rows_per_iteration
         if isinstance(trainer, OfflineTrainer)
         else trainer.env_steps_per_iteration
     )
-    print(budget_line(settings, per_iteration, steps), flush=True)
-    if options.resume is None and settings.scaled_schedules is not None:
+    start = trainer.counters.env_steps
+    resumed = options.resume is not None
+    print(budget_line(settings, per_iteration, steps, start, resumed=resumed), flush=True)
+    if not resumed and settings.scaled_schedules is not None:
         print(schedules_line(settings), flush=True)
+    seconds_before, rows_before = trainer.counters.time_total_s, len(trainer.history)
     with _Interrupted(trainer) as interrupted:
         trainer.run(
             conditions, steps_per_eval=settings.eval_every, on_iteration=save, evaluate_at_end=True
@@ -415,9 +425,15 @@ def _run(
         return 128 + interrupted.signal, None
     extra = [f"  tensorboard: tensorboard --logdir {out / 'tensorboard'}"] * options.tensorboard
     extra += [f"  wandb:       {out / 'wandb'} (wandb sync it when offline)"] * options.wandb
-    counters = trainer.counters
-    totals = (counters.env_steps, counters.time_total_s)
-    return 0, done_text(settings, trainer.history, totals, out, extra)
+    history, env_steps = list(trainer.history), trainer.counters.env_steps
+    training = trainer.counters.time_total_s - seconds_before  # this command's, not a resumed run's
+    compiling = sum(row.get("time_compile_s", 0.0) for row in history[rows_before:])
+
+    def summary(command_s: float) -> str:
+        times = CommandTimes(command_s, training, compiling)
+        return done_text(settings, history, env_steps, times, out, extra)
+
+    return 0, summary
 
 
 def _stop_conditions(settings: RunSettings) -> list[StopCondition]:

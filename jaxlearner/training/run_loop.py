@@ -12,8 +12,9 @@ a stop request (e.g. from a Ctrl-C handler) honoured between iterations.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from jaxlearner.training.outputs.loggers import ProgressBar, Writer, describe_stop
 from jaxlearner.training.stop_conditions import AnyOf, RewardBound, StopCondition
@@ -54,6 +55,44 @@ class Steppable(Protocol):
     def eval(self) -> dict[str, float]: ...
 
 
+@runtime_checkable
+class FixedIterations(Protocol):
+    """A trainer whose every :meth:`Steppable.step` collects the same number of env steps
+    (:class:`~jaxlearner.Trainer`, :class:`~jaxlearner.anakin.AnakinTrainer`): the loop's
+    progress bar runs to the budget as it will end (:func:`budget_end`) from the start."""
+
+    @property
+    def env_steps_per_iteration(self) -> int: ...
+
+
+def budget_end(max_env_steps: int, per_iteration: int, start: int = 0) -> int:
+    """The env steps a run stopped by ``MaxEnvSteps(max_env_steps)`` ends at: iterations are
+    whole, so the first count ``start + k * per_iteration`` at or past the budget.
+
+    Args:
+      max_env_steps: the budget (``MaxEnvSteps.steps``, ``--max-steps``).
+      per_iteration: env steps one iteration collects.
+      start: env steps counted before the run (a resumed run's, an off-policy warm-up's).
+
+    Returns:
+      The last iteration's env-step count; ``start`` once the budget is spent.
+
+    Raises:
+      ValueError: for a ``per_iteration`` that is not a positive int.
+
+    Example:
+      >>> budget_end(100_000, 2048)  # 49 iterations
+      100352
+      >>> budget_end(4096, 2048)
+      4096
+    """
+    if isinstance(per_iteration, bool) or not isinstance(per_iteration, int) or per_iteration < 1:
+        raise ValueError(f"per_iteration must be a positive int; got {per_iteration!r}.")
+    if start >= max_env_steps:
+        return start
+    return start + math.ceil((max_env_steps - start) / per_iteration) * per_iteration
+
+
 def stop_conditions_list(
     stop_conditions: StopCondition | Sequence[StopCondition],
 ) -> list[StopCondition]:
@@ -72,11 +111,12 @@ def target_steps(conditions: Sequence[StopCondition]) -> int | None:
     return None
 
 
-def stop_description(conditions: Sequence[StopCondition]) -> str | None:
-    """The progress bar's words for the stop rule: "stops at 2 evals >= 475 in a row or ..."."""
+def stop_description(conditions: Sequence[StopCondition], steps: int | None = None) -> str | None:
+    """The progress bar's words for the stop rule: "stops at 2 evals >= 475 in a row or ...",
+    with ``steps`` for the budget when given (the one it ends at, :func:`budget_end`)."""
     bound = next((c for c in conditions if isinstance(c, RewardBound)), None)
     description = describe_stop(
-        target_steps(conditions),
+        target_steps(conditions) if steps is None else steps,
         None if bound is None else bound.bound,
         1 if bound is None else bound.times,
     )
@@ -171,14 +211,22 @@ def run_loop(
             raise ValueError(f"run's {name} must be a positive int or None; got {value!r}.")
     conditions = stop_conditions_list(stop_conditions)
     stop = AnyOf(*conditions) if conditions else (lambda history: False)
+    budget, start = target_steps(conditions), trainer.counters.env_steps
+    # The bar runs to the count the run ends at, not the one asked for (it would end past its
+    # total, where tqdm shows "0%| 200704/?"); a trainer that does not say its iteration's size
+    # tells it with its first iteration.
+    sized = budget is not None and isinstance(trainer, FixedIterations)
+    total = budget_end(budget, trainer.env_steps_per_iteration, start) if sized else budget
     bar = ProgressBar(
-        total=target_steps(conditions), enabled=progress, description=stop_description(conditions)
+        total=total, enabled=progress, description=stop_description(conditions, total)
     )
     next_eval = None if steps_per_eval is None else next_evaluation(trainer.history, steps_per_eval)
     ran: list[dict[str, float]] = []
     try:
         while not trainer.stop_requested and (max_iterations is None or len(ran) < max_iterations):
             stats = trainer.step()
+            if budget is not None and not (sized or ran) and trainer.counters.env_steps > start:
+                bar.set_total(budget_end(budget, trainer.counters.env_steps - start, start))
             by_steps = next_eval is not None and trainer.counters.env_steps >= next_eval
             evaluated = by_steps or (
                 eval_every_iterations is not None

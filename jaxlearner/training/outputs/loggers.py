@@ -401,8 +401,10 @@ class ProgressBar:
     While the bar is shown, :class:`ConsoleWriter` lines are printed above it.
 
     Args:
-      total: the run's env-step budget (e.g. ``MaxEnvSteps.steps``), so the bar
-        shows a fraction and an ETA; ``None``: a counter without an end.
+      total: the env steps the run ends at (``MaxEnvSteps.steps`` rounded up to whole
+        iterations: :func:`~jaxlearner.training.run_loop.budget_end`), so the bar shows a
+        fraction and an ETA; ``None``: a counter without an end. An update past it moves
+        the total there: the bar ends at 100%.
       enabled: ``None`` follows whether stderr is a terminal.
       description: text before the bar, e.g. the stop rule from
         :func:`describe_stop`.
@@ -465,6 +467,9 @@ class ProgressBar:
         if self._bar is None:
             return
         steps = int(metrics.get("env_steps", self._last))
+        if self._bar.total and steps > self._bar.total:
+            # Past its total tqdm drops it and shows "0%| 200704/?": the budget is reached.
+            self._bar.total = steps
         self._bar.update(max(steps - self._last, 0))
         self._last = steps
         shown = {}

@@ -271,23 +271,45 @@ def iqm_curve(
 
 
 def format_table(
-    groups: Mapping[str, Any], *, target: float | None = None, reps: int = 2000, seed: int = 0
+    groups: Mapping[str, Any],
+    *,
+    target: float | Sequence[float] | None = None,
+    reps: int = 2000,
+    seed: int = 0,
 ) -> str:
     """A plain-text table of :func:`aggregates` per group of runs: ``{label: scores}``.
+
+    Args:
+      groups: ``{label: scores}``, each as :func:`as_scores` takes them.
+      target: the score the runs aim at (a stop reward), for an optimality-gap column
+        (``"opt. gap to 475 [95% CI]"``), or several, a column each (runs compared whose
+        stop rewards differ); ``None`` or none: no gap column.
+      reps: bootstrap resamples.
+      seed: the resampling's seed.
 
     Example:
       >>> print(format_table({"ppo": [480.0, 500.0, 120.0, 495.0]}, reps=200))  # doctest: +SKIP
       group  runs  IQM [95% CI]            median [95% CI]         mean [95% CI]
       ppo       4  487.5 [300.0, 497.5]   ...
     """
-    names = [name for name in STATISTICS if target is not None or name != "optimality_gap"]
-    heads = {"iqm": "IQM", "median": "median", "mean": "mean", "optimality_gap": "opt. gap"}
-    header = ["group", "runs", *(f"{heads[name]} [95% CI]" for name in names)]
+    targets = (target,) if isinstance(target, int | float) else tuple(target or ())
+    names = [name for name in STATISTICS if name != "optimality_gap"]
+    heads = {"iqm": "IQM", "median": "median", "mean": "mean"}
+    header = [
+        "group",
+        "runs",
+        *(f"{heads[name]} [95% CI]" for name in names),
+        *(f"opt. gap to {value:g} [95% CI]" for value in targets),
+    ]
     rows = []
     for label, scores in groups.items():
         array = as_scores(scores)
-        table = aggregates(array, target=target, reps=reps, seed=seed)
-        cells = [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" for v, lo, hi in (table[n] for n in names)]
+        table = aggregates(array, reps=reps, seed=seed)
+        found = [table[name] for name in names]
+        for value in targets:
+            gap = aggregates(array, target=value, reps=reps, seed=seed)["optimality_gap"]
+            found.append(gap)
+        cells = [f"{v:.1f} [{lo:.1f}, {hi:.1f}]" for v, lo, hi in found]
         rows.append([label, str(int(np.isfinite(array).sum())), *cells])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return "\n".join(

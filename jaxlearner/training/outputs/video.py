@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import pathlib
 import warnings
 from collections.abc import Sequence
@@ -25,6 +26,29 @@ from jaxlearner.types import Params
 
 VIDEO_FORMATS = (".gif", ".mp4")
 DEFAULT_FPS = 30
+
+
+def quiet_renders(*, offscreen: bool = False) -> None:
+    """Keeps pygame's SDL from opening devices a render has no use for; call it before the
+    first frame. A variable the user has set is left as it is.
+
+    Gymnasium's renderers call ``pygame.init()``, which opens a sound device for frames that
+    have none: on a machine without one, a screen of ``ALSA lib ... cannot find card '0'``
+    lines. ``SDL_AUDIODRIVER=dummy`` opens none. With ``offscreen`` (frames drawn for a video,
+    in a process that opens no window) ``SDL_VIDEODRIVER=dummy`` also opens no display
+    (without one SDL printed "XDG_RUNTIME_DIR is invalid"); the frames are the same.
+
+    Args:
+      offscreen: also no display: only for a process that shows no window afterwards.
+
+    Example:
+      >>> quiet_renders()  # "dummy", unless the user (or a library: ale-py) chose one
+      >>> "SDL_AUDIODRIVER" in os.environ
+      True
+    """
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    if offscreen:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
 def require_mp4_writer() -> None:
@@ -108,6 +132,7 @@ def record_episode(
       ValueError: when the environment renders neither mode.
       RuntimeError: when the episode has not ended within ``max_steps``.
     """
+    quiet_renders()  # no sound device for frames (a window may follow: a display is kept)
     mode = runner.envs.render_mode
     if mode not in ("rgb_array", "human"):
         raise ValueError(
