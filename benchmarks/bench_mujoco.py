@@ -9,7 +9,7 @@ For each workload and seed it runs, interleaved and each a whole process timed f
 to exit: ``jaxlearner train ALGO --env ENV --max-steps N --seed S --stop-reward none``
 (the env's preset: RL Zoo's settings translated, with ``norm_obs``/``norm_reward`` where
 the zoo normalizes; compilation cache off; no stop at a reward threshold, equal budgets),
-then ``peer_mujoco.py`` in the peer virtualenv (SB3 PPO or sbx SAC with the zoo's entry,
+then ``peer_zoo.py`` in the peer virtualenv (SB3 PPO or sbx SAC with the zoo's entry,
 ``VecNormalize`` where it normalizes). Both evaluate every
 ``--eval-every-*`` env steps, 10 deterministic episodes on a separate env with frozen
 statistics, and the final policy the same way (jaxlearner's with ``jaxlearner eval`` on its
@@ -93,7 +93,7 @@ def closing_evaluation(run: pathlib.Path) -> tuple[float, float]:
 
 
 def peer(python: str, algorithm: str, env: str, steps: int, seed: int, every: int, out):
-    command = [python, str(HERE / "peer_mujoco.py"), algorithm, env, "--seed", str(seed)]
+    command = [python, str(HERE / "peer_zoo.py"), algorithm, env, "--seed", str(seed)]
     command += ["--max-steps", str(steps), "--eval-every", str(every), "--out", str(out)]
     wall, _ = timed(command)
     return wall, *final_evaluation(out)

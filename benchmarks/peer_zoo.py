@@ -1,18 +1,20 @@
-"""One peer run for ``bench_mujoco.py``: SB3 PPO or sbx SAC with RL Zoo's settings on MuJoCo.
+"""One peer run with RL Zoo's settings: SB3 PPO, SB3 DQN or sbx SAC on a gymnasium task.
 
-Run (``bench_mujoco.py`` does, with a peer virtualenv's python, and times the whole
-process): ``python benchmarks/peer_mujoco.py {ppo,sac} ENV_ID --seed S --max-steps N
---eval-every E --out RUN``. Needs torch (``pip install torch==2.13.0``, the CPU wheel,
-first), stable-baselines3, sbx-rl and rl_zoo3 in that virtualenv (rl_zoo3 only for its
-``hyperparams/{ppo,sac}.yml``, read from its folder without importing it: ``pip install
-rl_zoo3 --no-deps`` is enough).
+Run (``bench_mujoco.py`` and ``bench_presets.py`` do, with a peer virtualenv's python, and time
+the whole process): ``python benchmarks/peer_zoo.py {ppo,dqn,sac} ENV_ID [--entry NAME]
+--seed S --max-steps N --eval-every E --out RUN``. Needs torch (``pip install torch==2.13.0``,
+the CPU wheel, first), stable-baselines3, sbx-rl and rl_zoo3 in that virtualenv (rl_zoo3 only
+for its ``hyperparams/{ppo,dqn,sac}.yml``, read from its folder without importing it: ``pip
+install rl_zoo3 --no-deps`` is enough).
 
-The zoo lists the MuJoCo tasks as ``-v4``; the v5 task of the same name is trained (as
-jaxlearner's presets do). ``normalize: true`` wraps the training env in ``VecNormalize``
-with the zoo's ``gamma``; evaluation (one environment per episode, stepped together, as
-jaxlearner's) uses a copy of its observation statistics, frozen, and raw rewards.
-``lin_X`` is ``X`` times SB3's remaining progress over the zoo's
-``n_timesteps`` (the schedule the zoo sets, even when fewer steps are run).
+``--entry`` names the zoo's entry (default: the env id, with the zoo's ``-v4`` for a MuJoCo
+``-v5`` id, as jaxlearner's presets map them). ``normalize: true`` wraps the training env in
+``VecNormalize`` with the zoo's ``gamma``; evaluation (one environment per episode, stepped
+together, as jaxlearner's) uses a copy of its observation statistics, frozen, and raw
+rewards. ``lin_X`` is ``X`` times SB3's remaining progress over the zoo's ``n_timesteps``
+(the schedule the zoo sets, even when fewer steps are run), and so is DQN's exploration.
+SB3 PPO and DQN are the libraries RL Zoo's PPO and DQN rows were tuned with; SAC runs on sbx
+(the same algorithm in JAX, several times faster on this CPU than SB3's).
 
 It writes ``RUN/run.json`` and ``RUN/metrics.jsonl`` in jaxlearner's run-folder format
 (training rows with ``episode_return_mean``, evaluation rows with ``eval/return_mean``),
@@ -29,9 +31,9 @@ import time
 from typing import Any
 
 
-def zoo_hyperparams(algorithm: str, env_id: str) -> dict[str, Any]:
-    """The zoo's entry for the env (its ``-v4`` name for a ``-v5`` id), read from the
-    installed ``rl_zoo3``'s files without importing it (its import needs the Hugging Face
+def zoo_hyperparams(algorithm: str, env_id: str, entry: str | None = None) -> dict[str, Any]:
+    """The zoo's ``entry`` (default: the env's, its ``-v4`` name for a ``-v5`` id), read from
+    the installed ``rl_zoo3``'s files without importing it (its import needs the Hugging Face
     client and more, none of which the tables need)."""
     import importlib.util
 
@@ -39,10 +41,10 @@ def zoo_hyperparams(algorithm: str, env_id: str) -> dict[str, Any]:
 
     spec = importlib.util.find_spec("rl_zoo3")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("peer_mujoco.py reads RL Zoo's tables: pip install rl_zoo3 --no-deps")
+        raise SystemExit("peer_zoo.py reads RL Zoo's tables: pip install rl_zoo3 --no-deps")
     folder = pathlib.Path(next(iter(spec.submodule_search_locations)))
     table = yaml.safe_load((folder / "hyperparams" / f"{algorithm}.yml").read_text())
-    name = env_id.replace("-v5", "-v4")
+    name = entry or env_id.replace("-v5", "-v4")
     return dict(table[name])
 
 
@@ -71,12 +73,16 @@ def translate(algorithm: str, hyperparams: dict[str, Any]) -> tuple[dict, dict]:
     return hyperparams, run
 
 
+PEERS = {"ppo": "sb3-ppo", "dqn": "sb3-dqn", "sac": "sbx-sac"}
+"""The library each algorithm's peer runs on."""
+
+
 class Writer:
     """``run.json`` and ``metrics.jsonl`` in jaxlearner's format."""
 
     def __init__(self, out: pathlib.Path, algorithm: str, env_id: str, seed: int) -> None:
         out.mkdir(parents=True, exist_ok=False)
-        peer = "sb3-ppo" if algorithm == "ppo" else "sbx-sac"
+        peer = PEERS[algorithm]
         info = {"algorithm": peer, "env": env_id, "seed": seed, "stop_reward": None}
         (out / "run.json").write_text(json.dumps(info) + "\n")
         self.file = (out / "metrics.jsonl").open("a")
@@ -90,8 +96,9 @@ class Writer:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("algorithm", choices=["ppo", "sac"])
+    parser.add_argument("algorithm", choices=sorted(PEERS))
     parser.add_argument("env_id")
+    parser.add_argument("--entry", default=None, help="the zoo's entry (default: the env's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, required=True)
     parser.add_argument("--eval-every", type=int, required=True, help="env steps")
@@ -109,10 +116,13 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.algorithm == "ppo":
         from stable_baselines3 import PPO as Model
+    elif args.algorithm == "dqn":
+        from stable_baselines3 import DQN as Model
     else:
         from sbx import SAC as Model
 
-    hyperparams, run = translate(args.algorithm, zoo_hyperparams(args.algorithm, args.env_id))
+    zoo = zoo_hyperparams(args.algorithm, args.env_id, args.entry)
+    hyperparams, run = translate(args.algorithm, zoo)
     writer = Writer(args.out, args.algorithm, args.env_id, args.seed)
     start = time.perf_counter()
     env = make_vec_env(args.env_id, n_envs=run["n_envs"], seed=args.seed)
