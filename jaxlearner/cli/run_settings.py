@@ -211,10 +211,13 @@ def _new_settings(options: TrainOptions) -> RunSettings:
     row = _preset(name, env_id, options.preset)
     scaled = None
     if row is not None and options.max_steps not in (None, row.max_steps):
-        fields = [f for f in row.schedules if f not in overrides]
-        if fields and row.origin == "rl_zoo3" and not options.keep_schedules:
+        stretched = row.with_budget(options.max_steps)  # which rows stretch: Preset's rule
+        fields = [
+            f for f in row.schedules if f not in overrides and stretched.config[f] != row.config[f]
+        ]
+        if fields and not options.keep_schedules:
             scaled = ScaledSchedules(tuple(fields), row.max_steps)
-            row = row.with_budget(options.max_steps)
+            row = stretched
     num_envs = options.num_envs or (row.num_envs if row else 8)
     stop_reward = None if options.stop_reward == "none" else options.stop_reward
     if options.stop_reward is None:
