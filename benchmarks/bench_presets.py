@@ -12,12 +12,13 @@ For each row and seed, one after the other (ours, peer, ours, peer, ...):
 * ours: ``jaxlearner train ALGO --env ENV --preset ORIGIN --seed S --stop-reward none
   --no-compilation-cache`` at the row's budget (MuJoCo: :data:`MUJOCO_BUDGETS` unless
   ``--full-mujoco``, with ``--keep-schedules`` so that the schedules run as the peer's do),
-  evaluating every ``eval_every`` env steps; then ``jaxlearner eval RUN --episodes 10`` on
-  the last checkpoint (10 deterministic episodes, after the timed run);
+  evaluating every ``eval_every`` env steps; then ``jaxlearner eval RUN --episodes 10 --seed
+  S+10000`` on the last checkpoint (10 deterministic episodes, after the timed run);
 * the peer: ``peer_zoo.py`` in the peer virtualenv (SB3 PPO, SB3 DQN or sbx SAC with RL Zoo's
   entry for the row; a row tuned here runs beside the zoo's entry it was tuned from), the same
-  budget, cadence and final evaluation. A row with no zoo entry behind it (APPO's) has no peer
-  and says so.
+  budget, cadence and final evaluation, every evaluation from the same starts
+  (``--eval-seed S+10000``: episode ``i`` from ``reset(seed=S+10000+i)`` on both sides).
+  A row with no zoo entry behind it (APPO's) has no peer and says so.
 
 Each run's result is kept as ``benchmarks/results/presets/ROW/SIDE-SEED.json`` as soon as the
 run ends, and a run whose file exists is not run again (delete it to rerun), so the matrix is
@@ -63,6 +64,8 @@ CLASSIC = (
 MUJOCO_BUDGETS = {"ppo": 300_000, "sac": 50_000}
 """The MuJoCo rows' reduced budgets (their full 1M-10M do not fit a sitting on two cores)."""
 ONLINE = ("ppo", "appo", "dqn", "sac")
+EVAL_SEED_OFFSET = 10_000
+"""Both sides' final evaluation of training seed S starts its episodes from ``S + 10_000 + i``."""
 
 
 def matrix() -> list[Preset]:
@@ -108,28 +111,42 @@ def last_env_steps(folder: pathlib.Path) -> float:
     return max(float(r.get("env_steps", 0)) for r in rows)
 
 
+def eval_seed(seed: int) -> int:
+    """The final evaluation's starts for training seed ``seed``, one seed for both sides: the
+    10 episodes start from ``reset(seed=eval_seed + i)``, ``i < 10``."""
+    return EVAL_SEED_OFFSET + seed
+
+
 def ours(row: Preset, seed: int, steps: int, out: pathlib.Path) -> dict:
     command = [sys.executable, "-m", "jaxlearner.cli", "train", row.algorithm, "--env", row.env_id]
     command += ["--preset", row.origin, "--seed", str(seed), "--max-steps", str(steps)]
     command += ["--eval-every", str(row.eval_every), "--stop-reward", "none", "--out", str(out)]
     command += ["--no-compilation-cache", "--no-progress", "--keep-schedules"]
     wall, _ = run(command)
-    _, printed = run([sys.executable, "-m", "jaxlearner.cli", "eval", str(out), "--episodes", "10"])
+    evaluation = [sys.executable, "-m", "jaxlearner.cli", "eval", str(out), "--episodes", "10"]
+    _, printed = run([*evaluation, "--seed", str(eval_seed(seed))])
     found = re.search(r"return (-?[0-9.]+)", printed)
     if found is None:
         raise RuntimeError(f"jaxlearner eval {out} printed no return: {printed!r}")
-    return {"final_return": float(found.group(1)), "wall_s": wall, "env_steps": last_env_steps(out)}
+    return {
+        "final_return": float(found.group(1)),
+        "wall_s": wall,
+        "env_steps": last_env_steps(out),
+        "eval_seed": eval_seed(seed),
+    }
 
 
 def peer(python: str, row: Preset, entry: str, seed: int, steps: int, out: pathlib.Path) -> dict:
     command = [python, str(HERE / "peer_zoo.py"), row.algorithm, row.env_id, "--entry", entry]
     command += ["--seed", str(seed), "--max-steps", str(steps), "--eval-every", str(row.eval_every)]
+    command += ["--eval-seed", str(eval_seed(seed))]
     wall, printed = run([*command, "--out", str(out)])
     result = json.loads(printed.strip().splitlines()[-1])
     return {
         "final_return": result["final_return"],
         "wall_s": wall,
         "env_steps": result["env_steps"],
+        "eval_seed": eval_seed(seed),
     }
 
 
@@ -153,6 +170,7 @@ def row_summary(row: Preset, seeds: list[int], entry: str | None, steps: int) ->
         sides[side].append({"seed": int(seed), **json.loads(path.read_text())})
     entry_info = {"row": row.name, "source": row.source, "budget": steps, "peer_entry": entry}
     report = {**entry_info, **{side: summary(r) for side, r in sides.items() if r}}
+    report["shared_starts"] = all("eval_seed" in r for runs in sides.values() for r in runs)
     if entry is None:
         report["verdict"] = "no peer"
         return report
@@ -179,6 +197,14 @@ def _side(s: dict | None) -> str:
     return f"{s['final_return_mean']:.1f} ({spread}), {len(s['seeds'])} seeds"
 
 
+NOT_SHARED = (
+    "(a) Run before 2026-12-02: the two sides' final evaluations did not start from the same "
+    "states (ours from reset seeds 0-9 for every training seed, the peer's from seed + 10000 "
+    "after its evaluations during the run had moved its environments' generator on). Since "
+    "then both start episode i of training seed S from reset(seed=S + 10000 + i)."
+)
+
+
 def table() -> str:
     """Every summarized row as a markdown table."""
     lines = [
@@ -196,8 +222,9 @@ def table() -> str:
         peer_name = r["peer_entry"] or "none"
         lines.append(
             f"| {r['row']} (peer: {peer_name}) | {r['budget']:,} | {ours_} | {theirs} | {walls} "
-            f"| {r['verdict']} |"
+            f"| {r['verdict']}{'' if r.get('shared_starts') else ' (a)'} |"
         )
+    lines += ["", NOT_SHARED]
     return "\n".join(lines) + "\n"
 
 

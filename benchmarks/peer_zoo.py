@@ -103,6 +103,9 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, required=True)
     parser.add_argument("--eval-every", type=int, required=True, help="env steps")
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument(
+        "--eval-seed", type=int, default=None, help="evaluation starts (default: seed+10000)"
+    )
     parser.add_argument("--out", type=pathlib.Path, required=True)
     args = parser.parse_args()
 
@@ -128,7 +131,8 @@ def main() -> None:
     env = make_vec_env(args.env_id, n_envs=run["n_envs"], seed=args.seed)
     # One environment per evaluation episode, stepped together, as jaxlearner evaluates
     # (evaluate_policy runs one episode on each); the sittings of 2026-11-25/26 used one.
-    eval_env = make_vec_env(args.env_id, n_envs=args.eval_episodes, seed=args.seed + 10_000)
+    eval_seed = args.seed + 10_000 if args.eval_seed is None else args.eval_seed
+    eval_env = make_vec_env(args.env_id, n_envs=args.eval_episodes, seed=eval_seed)
     if run["normalize"]:
         options = run["normalize"] if isinstance(run["normalize"], dict) else {}
         env = VecNormalize(env, gamma=hyperparams.get("gamma", 0.99), **options)
@@ -139,6 +143,10 @@ def main() -> None:
     def evaluate() -> dict[str, float]:
         if run["normalize"]:
             eval_env.obs_rms = env.obs_rms.copy()
+        # Every evaluation starts episode i from reset(seed=eval_seed + i), as
+        # ``jaxlearner eval --seed eval_seed`` does: the two sides' final returns are on the
+        # same starting states (Pendulum's return hangs on them as much as on the policy).
+        eval_env.seed(eval_seed)
         returns, _ = evaluate_policy(
             model, eval_env, n_eval_episodes=args.eval_episodes, return_episode_rewards=True
         )
