@@ -57,6 +57,7 @@ class FolderLock:
         self._folder = pathlib.Path(folder)
         self._owner = owner
         self._file: BinaryIO | None = None  # closed with it, the lock goes, even at exit
+        self._claimed = False
 
     @property
     def folder(self) -> pathlib.Path:
@@ -68,8 +69,13 @@ class FolderLock:
         """Whether this lock holds the folder now."""
         return self._file is not None
 
-    def acquire(self) -> FolderLock:
+    def acquire(self, claim: bool = True) -> FolderLock:
         """Takes the lock, or refuses at once.
+
+        Args:
+          claim: also write this process's pid into the lock file (:meth:`claim`). A
+            command that may still refuse the folder takes it unclaimed, so a refusal
+            leaves the file as it was, and claims it once it writes there.
 
         Returns:
           ``self``.
@@ -79,7 +85,7 @@ class FolderLock:
             the message names its pid.
         """
         if self._file is not None:
-            return self
+            return self.claim() if claim else self
         self._folder.mkdir(parents=True, exist_ok=True)
         path = self._folder / LOCK_FILE
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -98,10 +104,21 @@ class FolderLock:
                 "folder: wait for it to finish or stop it",
                 pid,
             ) from None
-        self._file = os.fdopen(descriptor, "r+b")
-        self._file.truncate(0)
-        self._file.write(json.dumps({"pid": os.getpid()}).encode())
-        self._file.flush()
+        self._file, self._claimed = os.fdopen(descriptor, "r+b"), False
+        return self.claim() if claim else self
+
+    def claim(self) -> FolderLock:
+        """Writes this process's pid into the held lock file, for a refused writer to name
+        (once; nothing when the lock is not held).
+
+        Returns:
+          ``self``.
+        """
+        if self._file is not None and not self._claimed:
+            self._file.truncate(0)
+            self._file.write(json.dumps({"pid": os.getpid()}).encode())
+            self._file.flush()
+            self._claimed = True
         return self
 
     def release(self) -> None:

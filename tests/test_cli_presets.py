@@ -53,6 +53,19 @@ def test_a_run_starts_from_the_environments_preset():
     assert build(settings).config.num_steps_sampled_before_learning_starts == 10_000
 
 
+def test_reward_normalization_counts_every_env_of_one_batch():
+    # RL Zoo's Acrobot row: norm_reward over 16 envs. Synchronous Ray runners hand in all
+    # their envs as one batch, so the running returns are one per env of all runners;
+    # asynchronous ones (APPO's) hand in one runner's fragment at a time.
+    assert _settings("ppo", "--env", "Acrobot-v1").config["num_envs_per_env_runner"] == 16
+    runners = _settings("ppo", "--env", "Acrobot-v1", "--env-runners", "2", "--num-envs", "4")
+    assert runners.config["num_envs_per_env_runner"] == 8
+    appo = _settings("appo", "--env", "CartPole-v1", "--env-runners", "2", "--num-envs", "4")
+    assert appo.config["num_envs_per_env_runner"] == 4
+    chosen = ["--env-runners", "2", "--config", "num_envs_per_env_runner=3"]
+    assert _settings("ppo", "--env", "Acrobot-v1", *chosen).config["num_envs_per_env_runner"] == 3
+
+
 def test_options_and_overrides_beat_the_row():
     settings = _settings(
         "sac", "--env", "Hopper-v5", "--config", "critic_lr=1e-3", "hidden_sizes=[32]",

@@ -165,12 +165,15 @@ def test_record_writes_a_dataset_of_the_runs_policy(recorded, capsys):
     assert dataset.num_episodes == 4 and dataset.env == "CartPole-v1"
     assert dataset.source["algorithm"] == "ppo" and dataset.source["policy"] == "exploit"
     assert dataset.source["checkpoint_step"] == 1
-    before = (data / "episodes.npz").read_bytes()
+    before = {p.name: p.read_bytes() for p in data.iterdir()}
+    assert ".jaxlearner.lock" in before  # the first record's, naming its pid
+    (data / ".jaxlearner.lock").write_text('{"pid": 1}')  # as a record in another process left it
+    before[".jaxlearner.lock"] = b'{"pid": 1}'
     with pytest.raises(SystemExit) as exited:
         main(["record", str(folder / "ppo"), "--episodes", "2", "--out", str(data)])
     assert exited.value.code == 2
     assert "holds a dataset already; datasets are never overwritten" in capsys.readouterr().err
-    assert (data / "episodes.npz").read_bytes() == before
+    assert {p.name: p.read_bytes() for p in data.iterdir()} == before  # the lock file too
 
 
 def test_train_bc_on_a_recorded_dataset_then_eval(recorded, capsys):

@@ -41,12 +41,9 @@ def shell(*argv, timeout=300):
 
 
 def snapshot(run):
-    """Every file a run wrote, by path, with its bytes."""
-    return {
-        p.relative_to(run).as_posix(): p.read_bytes()
-        for p in sorted(run.rglob("*"))
-        if p.is_file() and p.name != LOCK_FILE
-    }
+    """Every file in a run folder, by path, with its bytes (its lock files' pids included)."""
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file()}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +65,12 @@ def test_reusing_a_folder_is_refused_and_the_run_in_it_is_untouched(run):
     before = snapshot(run)
     result = shell("train", "ppo", "--max-steps", "256", "--out", run, *TINY)
     one_line_error(result, f"--out {run} holds a run already", f"--resume {run}", "--new-run")
+    assert snapshot(run) == before
+
+
+def test_a_refused_resume_leaves_the_folder_and_its_lock_as_they_were(run):
+    before = snapshot(run)
+    one_line_error(shell("train", "--resume", run, "--step", "999"), "999")
     assert snapshot(run) == before
 
 
@@ -218,3 +221,14 @@ def test_a_folder_lock_is_exclusive_within_one_process(tmp_path):
     with FolderLock(pathlib.Path(tmp_path), "run") as again:
         assert again.held
     assert not again.held
+
+
+def test_an_unclaimed_lock_leaves_its_file_as_it_was_until_claimed(tmp_path):
+    (tmp_path / LOCK_FILE).write_text('{"pid": 1}')  # left by a writer that has exited
+    lock = FolderLock(tmp_path, "run").acquire(claim=False)
+    assert lock.held and (tmp_path / LOCK_FILE).read_text() == '{"pid": 1}'
+    with pytest.raises(FolderBusyError, match=r"another run \(pid 1\)"):
+        FolderLock(tmp_path, "run").acquire()  # held all the same; the file names pid 1
+    lock.claim()
+    assert (tmp_path / LOCK_FILE).read_text() == f'{{"pid": {os.getpid()}}}'
+    lock.release()

@@ -9,7 +9,7 @@ on-policy ``postprocess`` and one update, or replay with its warm-up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import jax
@@ -32,6 +32,7 @@ from jaxlearner.anakin.rollouts import (
     make_recurrent_rollout,
     make_rollout,
 )
+from jaxlearner.core.metrics import iter_metrics
 from jaxlearner.core.observers import make_observe, observe_modules
 from jaxlearner.core.state import LearnerState, ModuleState
 
@@ -187,7 +188,7 @@ def make_iterate(
             "env_steps": state.env_steps,
             "iteration": state.iteration,
             **episodes,
-            **_flatten(learner_metrics),
+            **dict(iter_metrics(learner_metrics)),
         }
         return state, metrics
 
@@ -232,14 +233,3 @@ def _warm_up(
         env_steps=jnp.int32(warmup * steps),
         buffer=buffer,
     )
-
-
-def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> Metrics:
-    """``{"policy": {"loss": x}}`` -> ``{"policy/loss": x}``, arrays kept as they are."""
-    flat: Metrics = {}
-    for name, value in metrics.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{name}/"))
-        else:
-            flat[f"{prefix}{name}"] = value
-    return flat

@@ -41,7 +41,7 @@ from jaxlearner.core.state import LearnerState
 from jaxlearner.training.atari import make_env
 from jaxlearner.training.env_runner import EnvRunner
 from jaxlearner.training.env_runner import evaluate as evaluate_policy
-from jaxlearner.training.offline.record import record_run
+from jaxlearner.training.offline.record import check_no_dataset, record_run
 from jaxlearner.training.outputs.video import (
     check_video_path,
     fps_of,
@@ -142,7 +142,14 @@ def record(options: RecordOptions) -> int:
     )
     say_fallback("record", chosen)
     step = chosen.step
-    own_folder(pathlib.Path(options.out), "--out")  # not into a folder a live run writes
+    # Not into a folder a live run writes; a folder refused is left as it was.
+    lock = own_folder(pathlib.Path(options.out), "--out", claim=False)
+    try:
+        check_no_dataset(pathlib.Path(options.out))
+    except FileExistsError as error:
+        lock.release()
+        raise UsageError(f"--out {error}") from None
+    lock.claim()
     try:
         dataset = record_run(
             run / CHECKPOINTS,

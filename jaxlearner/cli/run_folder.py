@@ -75,14 +75,17 @@ def holds_run(folder: pathlib.Path) -> bool:
     return any((folder / name).exists() for name in (RUN_FILE, METRICS_FILE, CHECKPOINTS))
 
 
-def own_folder(folder: pathlib.Path, option: str) -> FolderLock:
-    """The lock of ``folder`` (made if missing), held until the process ends or releases it.
+def own_folder(folder: pathlib.Path, option: str, *, claim: bool = True) -> FolderLock:
+    """The lock of ``folder`` (made if missing), held until the process ends or releases it;
+    with ``claim=False`` its file is left as it is until the caller claims it
+    (:meth:`~jaxlearner.folder_lock.FolderLock.claim`), so a folder refused after this is
+    left as it was.
 
     Raises:
       UsageError: naming the pid of the live ``jaxlearner`` that holds it.
     """
     try:
-        return FolderLock(folder, "jaxlearner").acquire()
+        return FolderLock(folder, "jaxlearner").acquire(claim)
     except FolderBusyError as error:
         owner = f"pid {error.pid}" if error.pid is not None else "another process"
         raise UsageError(
@@ -101,10 +104,10 @@ def new_run_folder(out: pathlib.Path, *, beside: bool) -> tuple[pathlib.Path, Fo
     Raises:
       UsageError: when ``out`` holds a run and ``beside`` is false, or a live run owns it.
     """
-    lock = own_folder(out, "--out")
+    lock = own_folder(out, "--out", claim=False)
     if not holds_run(out):
-        return out, lock
-    lock.release()
+        return out, lock.claim()
+    lock.release()  # the run's folder, its lock file included, as it was
     if not beside:
         raise UsageError(
             f"--out {out} holds a run already; continue it with 'jaxlearner train --resume "

@@ -36,6 +36,7 @@ from jaxlearner.cli.run_folder import (
     read_run,
 )
 from jaxlearner.training.atari import is_atari, make_env, register_ale
+from jaxlearner.training.env_runners import ASYNCHRONOUS_ALGORITHMS
 from jaxlearner.training.offline.datasets import Dataset
 from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
 from jaxlearner.training.outputs.loggers import require_tensorboard
@@ -224,10 +225,13 @@ def _new_settings(options: TrainOptions) -> RunSettings:
         same_env = defaults is not None and env_id == defaults.env
         stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
     eval_every = options.eval_every or (row.eval_every if row else 10_000)
+    # The envs in one batch: synchronous Ray runners hand in theirs together.
+    runners = options.runners.env_runners
+    batch_envs = num_envs * runners if runners and name not in ASYNCHRONOUS_ALGORITHMS else num_envs
     return RunSettings(
         algorithm=name,
         env=env_id,
-        config=_resolved_config(recipe.config_type, row, overrides, num_envs),
+        config=_resolved_config(recipe.config_type, row, overrides, batch_envs),
         num_envs=num_envs,
         seed=0 if options.seed is None else options.seed,
         stop_reward=stop_reward,
@@ -259,18 +263,19 @@ def _preset(algorithm: str, env_id: str, choice: str) -> Preset | None:
 
 
 def _resolved_config(
-    config_type: type, row: Preset | None, overrides: dict[str, Any], num_envs: int
+    config_type: type, row: Preset | None, overrides: dict[str, Any], batch_envs: int
 ) -> dict[str, Any]:
     """The preset's fields with the ``--config`` overrides over them.
 
     A config with ``num_envs_per_env_runner`` (reward normalization keeps one running return
-    per environment) gets the run's number of environments unless ``--config`` sets it, so
-    ``--num-envs`` over a preset stays consistent.
+    per environment) gets ``batch_envs``, the environments of one batch (``--num-envs``, times
+    ``--env-runners`` for synchronous runners), unless ``--config`` sets it, so ``--num-envs``
+    and ``--env-runners`` over a preset stay consistent.
     """
     config = {**(dict(row.config) if row else {}), **overrides}
     fields = {field.name for field in dataclasses.fields(config_type)}
     if "num_envs_per_env_runner" in fields and "num_envs_per_env_runner" not in overrides:
-        config["num_envs_per_env_runner"] = num_envs
+        config["num_envs_per_env_runner"] = batch_envs
     return config
 
 

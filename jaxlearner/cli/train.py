@@ -169,7 +169,8 @@ def _resume(options: TrainOptions, run: pathlib.Path, started: float) -> int:
     of ``RUN``, damaged or newer, is deleted or changed."""
     check_resume_options(options)
     read_run(run)
-    locks = [own_folder(run, "--resume")]  # one run per folder: refused while one is live
+    # One run per folder: refused while one is live; claimed once the resume writes there.
+    locks = [own_folder(run, "--resume", claim=False)]
     try:
         chosen = read_checkpoint(
             run / CHECKPOINTS, "train", functools.partial(_read_resumable, run), step=options.step
@@ -196,6 +197,8 @@ def _resume(options: TrainOptions, run: pathlib.Path, started: float) -> int:
         for lock in locks:
             lock.release()
         raise
+    if out == run:
+        locks[0].claim()  # beside it, RUN is only read: its lock file stays as it was
     return _train_in(out, locks, settings, algorithm, options, (run, chosen.step), started)
 
 

@@ -71,8 +71,7 @@ def record_run(
       FileExistsError: when ``out`` holds a dataset already (checked first).
     """
     folder = pathlib.Path(out)
-    if (folder / METADATA_FILE).exists() or (folder / EPISODES_FILE).exists():
-        raise FileExistsError(f"{folder} holds a dataset already; datasets are never overwritten")
+    check_no_dataset(folder)
     learner, state = restore(checkpoints, step)
     algorithm = algorithm_for(learner)
     policy = "explore" if explore else "exploit"
@@ -87,6 +86,12 @@ def record_run(
     )
     save_dataset(dataset, folder)
     return dataset
+
+
+def check_no_dataset(folder: pathlib.Path) -> None:
+    """Raises ``FileExistsError`` when ``folder`` holds a dataset's files already."""
+    if (folder / METADATA_FILE).exists() or (folder / EPISODES_FILE).exists():
+        raise FileExistsError(f"{folder} holds a dataset already; datasets are never overwritten")
 
 
 def read_dataset(text: str) -> Dataset:
