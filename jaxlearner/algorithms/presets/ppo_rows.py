@@ -73,6 +73,9 @@ ROWS: tuple[Preset, ...] = (
             "n_epochs": 4,
             "ent_coef": 0.0,
         },
+        notes="Beside SB3 (preset matrix, 3 seeds, 2026-12-02): final returns -122.5 / -134.1 "
+        "/ -113.3 against -118.5 / -119.0 / -117.7, in 0.42x its wall time; one weak seed "
+        "against a peer spread of 1.3, evaluations along the way alike on both sides.",
     ),
     zoo_row(
         "ppo",
