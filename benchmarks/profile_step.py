@@ -10,9 +10,10 @@ part: the compiled add-and-update call (to its return, and to its result with
 (``RunBook.record``, one JSON-lines writer), ``episode_stats`` and ``flatten_metrics``; the
 rest of ``Trainer.step`` is what remains. Prints one table in milliseconds per step.
 
-With ``--peer-python``, the same row's sbx SAC (RL Zoo's hyperparameters for the entry,
-``learning_starts`` as the row's) in that virtualenv: ``learn`` for ``--warmup`` steps, then
-``--steps`` more with its ``train`` timed, printed as ms per env step. Both sides' figures come
+With ``--peer-python`` (SAC rows only), sbx SAC with RL Zoo's entry behind the row (its own,
+or the one a row tuned here started from: ``bench_presets.zoo_entry``) in that virtualenv:
+``learn`` for ``--warmup`` steps, then ``--steps`` more with its ``train`` timed, printed as ms
+per env step. Both sides' figures come
 from the same sitting; the machine moves by a third between sittings, so compare only those.
 """
 
@@ -24,10 +25,13 @@ import importlib
 import json
 import pathlib
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 PEER = """
 import json, sys, time
@@ -160,12 +164,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--peer-python", default=None)
     args = parser.parse_args()
+    entry = None
+    if args.peer_python:
+        from bench_presets import zoo_entry
+
+        from jaxlearner.algorithms.presets.table import preset_row
+
+        entry = zoo_entry(preset_row(args.algorithm, args.env, args.origin))
+        if args.algorithm != "sac" or entry is None:
+            parser.error(
+                "--peer-python times sbx SAC: it needs a sac row with an RL Zoo entry behind "
+                f"it; got {args.algorithm} on {args.env} ({args.origin})"
+            )
     per_step = ours(args.algorithm, args.env, args.origin, args.warmup, args.steps)
     print(f"jaxlearner {args.algorithm} {args.env} ({args.origin}), ms per Trainer.step:")
     for label, ms in sorted(per_step.items(), key=lambda item: -item[1]):
         print(f"  {label:18s} {ms:7.3f}")
     if args.peer_python:
-        sbx = peer(args.peer_python, args.env, args.env, args.warmup, args.steps)
+        sbx = peer(args.peer_python, args.env, entry, args.warmup, args.steps)
         print(f"sbx SAC: {sbx['step_ms']:.3f} ms per env step, {sbx['train_ms']:.3f} in train")
 
 
