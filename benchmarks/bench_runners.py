@@ -78,7 +78,7 @@ def measure(algorithm: str, config: dict, env, runners: int, iterations: int) ->
         compile_ahead=False,
     )
     waits: list[float] = []
-    sample = trainer.runner.sample
+    sample = trainer.engine.runner.sample
 
     def timed_sample(*args, **kwargs):
         """The learner waits for a rollout (or, locally, collects it itself) in here."""
@@ -87,7 +87,7 @@ def measure(algorithm: str, config: dict, env, runners: int, iterations: int) ->
         waits.append(time.perf_counter() - start)
         return rollout
 
-    trainer.runner.sample = timed_sample
+    trainer.engine.runner.sample = timed_sample
     try:
         # The warm-up compiles (the act functions here and in each runner, the update) and,
         # for asynchronous runners, lets their fragments fall out of step with each other:

@@ -7,7 +7,7 @@ is for SAC's zoo rows) ``--warmup`` times, then ``--steps`` times with a wrapper
 part: the compiled add-and-update call (to its return, and to its result with
 ``block_until_ready``), the rest of ``ReplayFeed.learn``, ``EnvRunner.sample`` (the act call,
 ``env.step``, the key split), ``memory_stats``, the trainer's key split, writing the row
-(``RunBook.record``, one JSON-lines writer), ``episode_stats`` and ``flatten_metrics``; the
+(``Driver.record``, one JSON-lines writer), ``episode_stats`` and ``flatten_metrics``; the
 rest of ``Trainer.step`` is what remains. Prints one table in milliseconds per step.
 
 With ``--peer-python`` (SAC rows only), sbx SAC with RL Zoo's entry behind the row (its own,
@@ -76,7 +76,7 @@ def ours(algorithm_name: str, env_id: str, origin: str, warmup: int, steps: int)
 
     import jaxlearner as jl
     from jaxlearner.algorithms.presets.table import preset
-    from jaxlearner.training import env_runner, feeds, run_book, trainer
+    from jaxlearner.training import driver, env_runner, feeds, trainer
     from jaxlearner.training.outputs.loggers import JSONLinesWriter
 
     config, _ = preset(algorithm_name, env_id, origin)
@@ -89,7 +89,7 @@ def ours(algorithm_name: str, env_id: str, origin: str, warmup: int, steps: int)
         trained.step()
     totals: dict[str, float] = collections.defaultdict(float)
     returned: dict[str, float] = collections.defaultdict(float)
-    feed = trained._feed
+    feed = trained.engine._feed
     update = feed._add_and_update
 
     def add_and_update(*args: Any, **kwargs: Any) -> Any:
@@ -101,8 +101,8 @@ def ours(algorithm_name: str, env_id: str, origin: str, warmup: int, steps: int)
         return out
 
     feed._add_and_update = add_and_update
-    (policy_key,) = list(trained._runner._policies)
-    act = trained._runner._policies[policy_key]
+    (policy_key,) = list(trained.engine.runner._policies)
+    act = trained.engine.runner._policies[policy_key]
 
     def timed_act(*args: Any) -> Any:
         start = time.perf_counter()
@@ -112,8 +112,8 @@ def ours(algorithm_name: str, env_id: str, origin: str, warmup: int, steps: int)
         totals["act"] += time.perf_counter() - start
         return out
 
-    trained._runner._policies[policy_key] = timed_act
-    envs = trained._runner._envs
+    trained.engine.runner._policies[policy_key] = timed_act
+    envs = trained.engine.runner._envs
     envs.step = timer(totals, "env.step", envs.step)
     patches = [
         (feeds.ReplayFeed, "learn", "learn"),
@@ -121,7 +121,7 @@ def ours(algorithm_name: str, env_id: str, origin: str, warmup: int, steps: int)
         (env_runner, "_split_to_host", "sample keys"),
         (trainer, "memory_stats", "memory_stats"),
         (trainer, "_split_in_three", "trainer keys"),
-        (run_book.RunBook, "record", "record"),
+        (driver.Driver, "record", "record"),
         (trainer, "episode_stats", "episode_stats"),
         (trainer, "flatten_metrics", "flatten_metrics"),
     ]

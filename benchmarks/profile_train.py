@@ -13,14 +13,14 @@ around:
 - ``rollout (policy, host)``: the rest of ``EnvRunner.sample``: the jitted policy's
   dispatch and wait, copying actions to the host, stacking the rollout;
 - ``learn (postprocess, update)``: the trainer's feed, which postprocesses (GAE) and
-  dispatches the update, and the rest of ``Trainer.step`` that waits for its metrics;
-- ``evaluation``: ``Trainer.eval``'s episodes;
+  dispatches the update, and the rest of ``Driver.step`` that waits for its metrics;
+- ``evaluation``: ``Driver.eval``'s episodes;
 - ``checkpoint``: ``CheckpointManager.save`` (orbax, asynchronous) and ``close``;
 - ``other``: the rest (argument parsing, building the learner, writers, start-up).
 
 Compilation (tracing, lowering and XLA, from ``jax.monitoring``) is counted inside the
 span that triggered it and reported beside it. Spans nest (``env step`` inside the
-rollout, the rollout inside ``Trainer.step``); each row is exclusive of the rows inside
+rollout, the rollout inside ``Driver.step``); each row is exclusive of the rows inside
 it. No cProfile: its overhead would inflate the Python-heavy rows. Writes
 ``benchmarks/results/profile_train.json``.
 """
@@ -57,7 +57,8 @@ compile_clock.listen()
 import gymnasium
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.training.env_runner import EnvRunner
-from jaxlearner.training.trainer import Trainer
+from jaxlearner.training.driver import Driver
+from jaxlearner.training.trainer import EnvEngine
 
 def timed(owner, name, row):
     inner = getattr(owner, name)
@@ -72,16 +73,16 @@ def timed(owner, name, row):
 for vector_env in (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv):
     timed(vector_env, "step", "env step")
 timed(EnvRunner, "sample", "rollout")
-timed(Trainer, "step", "learn")  # the step less its rollout: postprocess, update, metrics
-timed(Trainer, "eval", "evaluation")
+timed(Driver, "step", "learn")  # the step less its rollout: postprocess, update, metrics
+timed(Driver, "eval", "evaluation")
 timed(CheckpointManager, "save", "checkpoint")
 timed(CheckpointManager, "close", "checkpoint")
 if sys.argv[1] == "--no-compile-ahead":  # the A/B of --compare-compile-ahead
     sys.argv.pop(1)
-    made = Trainer.__init__
+    made = EnvEngine.__init__
     def without_compile_ahead(self, *args, **kwargs):
         made(self, *args, **{**kwargs, "compile_ahead": False})
-    Trainer.__init__ = without_compile_ahead
+    EnvEngine.__init__ = without_compile_ahead
 code = jaxlearner.cli.main(sys.argv[1:])
 end = time.time()
 compile_spans = list(compile_clock._SPANS)

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     )
     from jaxlearner.training.atari import make_atari
     from jaxlearner.training.custom_algorithm import custom_algorithm
+    from jaxlearner.training.driver import Driver
     from jaxlearner.training.env_runners import EnvRunnersConfig
     from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer
     from jaxlearner.training.offline.datasets import (
@@ -101,6 +102,7 @@ _LAZY = {
     "CheckpointOptions": "jaxlearner.checkpoint",
     "restore": "jaxlearner.checkpoint",
     "Trainer": "jaxlearner.training.trainer",
+    "Driver": "jaxlearner.training.driver",
     "EnvRunnersConfig": "jaxlearner.training.env_runners",
     "custom_algorithm": "jaxlearner.training.custom_algorithm",
     "MultiAgentTrainer": "jaxlearner.training.multi_agent.trainer",  # needs the pettingzoo extra
@@ -171,6 +173,7 @@ __all__ = [
     "CheckpointManager",
     "CheckpointOptions",
     "Dataset",
+    "Driver",
     "EnvRunnersConfig",
     "GradientContext",
     "GradientPostprocess",

@@ -32,8 +32,8 @@ class CheckpointLinkError(CheckpointCorruptedError):
 class NonFiniteError(FloatingPointError):
     """A training iteration left a module's loss or params non-finite (NaN or infinite).
 
-    Raised by the trainers' ``step`` (:class:`~jaxlearner.Trainer`,
-    :class:`~jaxlearner.OfflineTrainer`, :class:`~jaxlearner.MultiAgentTrainer`)
+    Raised by the trainers' ``step`` (:func:`~jaxlearner.Trainer`,
+    :func:`~jaxlearner.OfflineTrainer`, :func:`~jaxlearner.MultiAgentTrainer`)
     once the iteration's stats are recorded, so the last checkpoint saved stays
     the newest finite one. ``skip_nonfinite=True`` skips such minibatch steps
     instead (counted in ``"__all__/num_skipped_steps"``), and training goes on.
@@ -59,7 +59,7 @@ class NonFiniteError(FloatingPointError):
 class SmallDatasetWarning(UserWarning):
     """A dataset holds fewer rows than an offline algorithm's ``train_batch_size``.
 
-    Warned by :class:`~jaxlearner.OfflineTrainer`, which then trains on every row in
+    Warned by :func:`~jaxlearner.OfflineTrainer`, which then trains on every row in
     each update (see :func:`~jaxlearner.algorithms.offline.fit_batch`); the command
     line prints it as one line naming ``--config train_batch_size=N``.
     """

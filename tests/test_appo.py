@@ -287,13 +287,13 @@ def test_update_compiles_once_and_refreshes_the_old_policy():
 def recorded_behaviour(trainer):
     """Wraps the trainer's runner so each iteration's collecting params are recorded."""
     used = []
-    sample = trainer.runner.sample
+    sample = trainer.engine.runner.sample
 
     def recording(policy, module, *args, **kwargs):
         used.append(jax.tree.map(np.asarray, module.params))
         return sample(policy, module, *args, **kwargs)
 
-    trainer.runner.sample = recording
+    trainer.engine.runner.sample = recording
     return used
 
 
@@ -312,7 +312,7 @@ def test_lagged_collection_uses_the_params_of_lag_updates_ago(lag):
     log_rhos = [s["default_policy/mean_abs_log_rho"] for s in stats]
     if lag == 0:
         assert max(log_rhos) < 1e-5, log_rhos  # on-policy: mu = pi_old
-        assert len(trainer._behaviour_params) == 0  # and no params kept
+        assert len(trainer.engine._behaviour_params) == 0  # and no params kept
     else:
         # The first update trains on the initial params' experience, as on-policy; then the
         # behaviour policy is older than the old policy and the ratios are not 1.
@@ -325,7 +325,9 @@ def test_resume_with_a_lag_continues_exactly(tmp_path):
     interrupted, resumed = interrupted_and_resumed(
         lambda seed=7: small_trainer(seed=seed, policy_lag=2), tmp_path / "ckpt", steps=3
     )
-    assert tree_equal(list(resumed._behaviour_params), list(interrupted._behaviour_params))
+    assert tree_equal(
+        list(resumed.engine._behaviour_params), list(interrupted.engine._behaviour_params)
+    )
     assert_same_stats(expected[3:], [resumed.step() for _ in range(2)])
     assert tree_equal(resumed.state.modules, straight.state.modules)
 
@@ -341,7 +343,7 @@ def test_checkpoint_round_trip_rebuilds_the_learner(tmp_path):
     learner, state = jl.restore(tmp_path / "ckpt")
     assert learner.recipe["algorithm"] == "appo"
     algorithm = jl.algorithms.algorithm_for(learner)
-    assert algorithm.config == trainer.algorithm.config and algorithm.name == "appo"
+    assert algorithm.config == trainer.engine.algorithm.config and algorithm.name == "appo"
     assert tree_equal(state.modules, trainer.state.modules)
 
 

@@ -209,7 +209,7 @@ def test_compiling_ahead_changes_no_replay_result():
     for ahead in (True, False):
         trainer = small_replay_trainer("sac", compile_ahead=ahead)
         stats = [trainer.step() for _ in range(10)]
-        runs.append((trainer.state, trainer.buffer, stats))
+        runs.append((trainer.state, trainer.engine.buffer, stats))
         trainer.close()
     (state, buffer, stats), (other_state, other_buffer, other_stats) = runs
     assert tree_equal(state, other_state) and tree_equal(buffer, other_buffer)

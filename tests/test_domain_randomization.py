@@ -16,7 +16,7 @@ def _ppo_trainer(env="Pendulum-v1", **kwargs):
 
 
 def _gravity(trainer):
-    return [env.unwrapped.g for env in trainer.runner.envs.envs]
+    return [env.unwrapped.g for env in trainer.engine.runner.envs.envs]
 
 
 def test_a_step_with_a_new_env_config_rebuilds_the_envs_without_recompiling():
@@ -26,9 +26,9 @@ def test_a_step_with_a_new_env_config_rebuilds_the_envs_without_recompiling():
     stats = trainer.step(env_config={"g": 2.0})
     assert _gravity(trainer) == [2.0, 2.0]
     assert stats["time_compile_s"] == 0.0  # neither the policy nor the update compiled again
-    runner = trainer.runner
+    runner = trainer.engine.runner
     trainer.step(env_config={"g": 2.0})  # the same config: the same envs, episodes go on
-    assert trainer.runner is runner
+    assert trainer.engine.runner is runner
     # Evaluation follows the training envs' config unless told otherwise.
     trainer.eval(episodes=2)
     trainer.eval(env_config={"g": 1.0}, episodes=2)
@@ -91,7 +91,7 @@ def test_each_step_reports_memory_and_the_replay_size():
     )
     trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=2, progress=False)
     sizes = [trainer.step()["memory/replay_size"] for _ in range(3)]
-    rows = trainer.runner.num_envs * trainer.algorithm.config.rollout_fragment_length
+    rows = trainer.engine.runner.num_envs * trainer.engine.algorithm.config.rollout_fragment_length
     assert sizes == [rows, 2 * rows, 3 * rows]
     stats = trainer.step()
     assert stats["memory/host_rss_bytes"] > 10e6  # a JAX process holds tens of MB

@@ -430,7 +430,7 @@ def test_trainer_with_prioritized_replay_runs_and_priorities_spread():
     for _ in range(8):
         stats = trainer.step()
     assert np.isfinite(stats["default_policy/total_loss"])
-    buffer = trainer.buffer
+    buffer = trainer.engine.buffer
     assert isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer)
     size, leaves = int(buffer.size), buffer.sum_tree.shape[0] // 2
     priorities = np.asarray(buffer.sum_tree[leaves : leaves + size]) ** (1 / 0.6)
@@ -443,10 +443,10 @@ def test_trainer_checkpoint_round_trips_the_prioritized_buffer(tmp_path):
     straight = prioritized_trainer()
     expected = [straight.step() for _ in range(8)]
     interrupted, resumed = interrupted_and_resumed(prioritized_trainer, tmp_path / "ckpt", 5)
-    assert isinstance(resumed.buffer, prioritized_replay.PrioritizedReplayBuffer)
-    assert tree_equal(resumed.buffer, interrupted.buffer)
+    assert isinstance(resumed.engine.buffer, prioritized_replay.PrioritizedReplayBuffer)
+    assert tree_equal(resumed.engine.buffer, interrupted.engine.buffer)
     assert_same_stats(expected[5:], [resumed.step() for _ in range(3)])
-    assert tree_equal(resumed.buffer, straight.buffer)
+    assert tree_equal(resumed.engine.buffer, straight.engine.buffer)
     # A uniform trainer refuses the prioritized buffer, saying why.
     uniform = prioritized_trainer(config={"prioritized_replay": False})
     with (

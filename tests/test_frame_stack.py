@@ -204,10 +204,10 @@ def test_a_checkpoint_round_trips_the_frames(tmp_path, prioritized):
     straight = make()
     expected = [straight.step() for _ in range(14)]
     interrupted, resumed = interrupted_and_resumed(make, tmp_path / "ckpt", 10)
-    assert isinstance(resumed.buffer, frame_stack.FramedReplay)
-    assert tree_equal(resumed.buffer, interrupted.buffer)
+    assert isinstance(resumed.engine.buffer, frame_stack.FramedReplay)
+    assert tree_equal(resumed.engine.buffer, interrupted.engine.buffer)
     assert_same_stats(expected[10:], [resumed.step() for _ in range(4)])
-    assert tree_equal(resumed.buffer, straight.buffer)
+    assert tree_equal(resumed.engine.buffer, straight.engine.buffer)
     unframed = framed_trainer(stack=None, prioritized=prioritized)
     with (
         jl.CheckpointManager(tmp_path / "ckpt") as checkpoint,
@@ -224,7 +224,7 @@ def test_a_resume_that_restarts_the_environments_leaves_out_one_step_each(tmp_pa
     _, resumed = interrupted_and_resumed(framed_trainer, tmp_path / "ckpt", 10)
     for _ in range(6):
         metrics = resumed.step()
-    assert int(resumed.buffer.frames.mismatches) == 2  # two environments
+    assert int(resumed.engine.buffer.frames.mismatches) == 2  # two environments
     assert np.isfinite(metrics["default_policy/total_loss"])
 
 
@@ -265,7 +265,7 @@ def test_a_framed_dqn_trains_exactly_as_an_unframed_one():
         clocks = ("time", "per_s", "memory")  # measured, not computed
         kept = [{k: v for k, v in m.items() if not any(c in k for c in clocks)} for m in metrics]
         results.append(kept[-5:])
-        assert isinstance(trainer.buffer, frame_stack.FramedReplay) == (stack is not None)
+        assert isinstance(trainer.engine.buffer, frame_stack.FramedReplay) == (stack is not None)
         trainer.close()
     assert any("loss" in name for name in results[0][0])
     assert tree_equal(*jax.tree.map(np.asarray, results))

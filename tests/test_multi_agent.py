@@ -18,7 +18,12 @@ import jaxlearner as jl
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo, policies_of
 from jaxlearner.training.multi_agent.env import GridSpread, make_parallel_envs
 from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner
-from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, agent_groups, policy_spaces
+from jaxlearner.training.multi_agent.trainer import (
+    MultiAgentTrainer,
+    agent_groups,
+    load_policy,
+    policy_spaces,
+)
 
 AGENTS = ["agent_0", "agent_1"]
 INDEPENDENT = {"agent_0": "p0", "agent_1": "p1"}
@@ -404,7 +409,7 @@ def test_a_step_reports_metrics_per_policy_and_per_agent():
 
 def test_a_shared_policy_trains_on_every_agents_rows():
     trainer = small_trainer(mapping=lambda agent: "shared")
-    assert trainer.groups == {"shared": AGENTS}
+    assert trainer.engine.groups == {"shared": AGENTS}
     stats = trainer.step()
     # 2 copies x 32 steps x 2 agents = 128 rows: 4 minibatches of 32, 2 epochs.
     assert stats["shared/num_grad_steps"] == 8
@@ -420,7 +425,7 @@ def test_a_shared_policy_trains_on_every_agents_rows():
 
 def test_policies_not_trained_act_but_keep_their_state():
     trainer = small_trainer(policies_to_train={"p0"})
-    assert trainer.policies_to_train == ("p0",)
+    assert trainer.engine.policies_to_train == ("p0",)
     assert trainer.learner.modules_to_train == {"p0"}
     assert trainer.learner.recipe["policies_to_train"] == ["p0"]
     before = jax.device_get(trainer.state.modules)
@@ -503,17 +508,17 @@ def test_a_checkpoint_restores_without_the_script_and_per_policy(tmp_path):
         assert tree_equal(state, trainer.state)
         # One saved policy into another slot of a fresh trainer (another seed, other params).
         fresh = small_trainer(seed=5)
-        fresh.load_policy(checkpoint, "p0", into="p1")
+        load_policy(fresh, checkpoint, "p0", into="p1")
         assert tree_equal(fresh.state.modules["p1"], trainer.state.modules["p0"])
         assert not tree_equal(fresh.state.modules["p0"], trainer.state.modules["p0"])
         with pytest.raises(KeyError, match=r"no policy 'p7'; policies: \['p0', 'p1'\]"):
-            fresh.load_policy(checkpoint, "p7")
+            load_policy(fresh, checkpoint, "p7")
         # A policy of other observations (the agent indicator adds two features) does not fit.
         shared = small_trainer(mapping=lambda agent: "shared", env_config={"agent_indicator": True})
         with pytest.raises(KeyError, match=r"This learner has no policy 'p0'"):
-            shared.load_policy(checkpoint, "p0")
+            load_policy(shared, checkpoint, "p0")
         with pytest.raises(ValueError, match="'p0' does not fit policy 'shared'"):
-            shared.load_policy(checkpoint, "p0", into="shared")
+            load_policy(shared, checkpoint, "p0", into="shared")
         # A whole trainer restores only into a learner of the same policies.
         with pytest.raises((KeyError, ValueError), match="p0"):
             shared.restore(checkpoint)

@@ -22,7 +22,7 @@ import pytest
 import jaxlearner as jl
 from jaxlearner.core.gradients import all_finite
 from jaxlearner.core.metrics import last_update_metrics
-from jaxlearner.training.run_book import check_finite
+from jaxlearner.training.driver import check_finite
 
 CARTPOLE = gym.make("CartPole-v1")
 SMALL = {"train_batch_size": 256, "minibatch_size": 64, "num_epochs": 2, "hidden_sizes": (16,)}

@@ -201,7 +201,9 @@ def test_the_trainers_statistics_equal_numpy_over_every_step_of_every_env(num_en
     learner = jl.algorithms.ppo(CARTPOLE.observation_space, CARTPOLE.action_space, config)
     trainer = jl.Trainer(learner, "CartPole-v1", num_envs=num_envs, progress=False)
     experiences = []
-    monkeypatch.setattr(trainer.runner, "sample", recording_sampler(trainer.runner, experiences))
+    monkeypatch.setattr(
+        trainer.engine.runner, "sample", recording_sampler(trainer.engine.runner, experiences)
+    )
     for _ in range(3):
         trainer.step()
     extra = jax.device_get(trainer.state.modules["default_policy"].extra)

@@ -61,9 +61,9 @@ def test_a_dataset_smaller_than_a_batch_trains_on_all_its_rows_with_a_warning(na
     with pytest.warns(SmallDatasetWarning, match=rf"holds {rows} rows, fewer than"):
         trainer = jl.OfflineTrainer(learner, random_dataset, eval_episodes=1)
     try:
-        assert trainer.algorithm.train_batch_size == rows  # every row, in each update
-        assert trainer.algorithm.config.train_batch_size == rows + 1  # the config as asked
-        assert trainer.rows_per_iteration == rows  # one pass, one update
+        assert trainer.engine.algorithm.train_batch_size == rows  # every row, in each update
+        assert trainer.engine.algorithm.config.train_batch_size == rows + 1  # the config as asked
+        assert trainer.engine.rows_per_iteration == rows  # one pass, one update
         assert trainer.step()["env_steps"] == rows
     finally:
         trainer.close()
@@ -78,7 +78,7 @@ def test_checkpoints_round_trip_and_resume_exactly(name, random_dataset, tmp_pat
     interrupted, resumed = interrupted_and_resumed(make, tmp_path, steps=2)
     assert tree_equal(resumed.state, interrupted.state)
     assert resumed.counters == interrupted.counters and resumed.counters.iteration == 2
-    assert resumed.counters.env_steps == 2 * interrupted.rows_per_iteration
+    assert resumed.counters.env_steps == 2 * interrupted.engine.rows_per_iteration
     assert_same_stats(interrupted.history, resumed.history)
     # A restored learner is rebuilt from its recipe, and its algorithm is offline.
     learner, state = jl.restore(tmp_path)
@@ -105,7 +105,7 @@ def test_checkpoints_round_trip_and_resume_exactly(name, random_dataset, tmp_pat
 def test_run_stops_and_evaluates_by_rows(random_dataset):
     learner = jl.algorithms.bc(*random_dataset.spaces(), SMALL)
     trainer = jl.OfflineTrainer(learner, random_dataset, eval_episodes=2, progress=False)
-    rows = trainer.rows_per_iteration
+    rows = trainer.engine.rows_per_iteration
     assert rows == random_dataset.num_steps // 32 * 32  # one pass by default
     history = trainer.run([jl.MaxEnvSteps(3 * rows)], steps_per_eval=2 * rows)
     assert [h["env_steps"] for h in history] == [rows, 2 * rows, 3 * rows]
@@ -250,7 +250,7 @@ def expert_dataset():
     trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8, seed=0, progress=False)
     trainer.run([jl.RewardBound(495.0)], steps_per_eval=10_240, max_iterations=150)
     module = trainer.state.modules["default_policy"]
-    dataset = record_episodes(trainer.algorithm.exploit, module, "CartPole-v1", 20, seed=1)
+    dataset = record_episodes(trainer.engine.algorithm.exploit, module, "CartPole-v1", 20, seed=1)
     trainer.close()
     print(
         f"PPO expert: {trainer.counters.env_steps} env steps, {dataset.num_steps} steps "
@@ -273,7 +273,7 @@ def test_offline_algorithms_learn_cartpole_from_ppo_episodes(name, expert_datase
     trainer = jl.OfflineTrainer(learner, expert_dataset, eval_episodes=10, progress=False)
     start = time.perf_counter()
     history = trainer.run(
-        [jl.RewardBound(495.0)], steps_per_eval=trainer.rows_per_iteration, max_iterations=30
+        [jl.RewardBound(495.0)], steps_per_eval=trainer.engine.rows_per_iteration, max_iterations=30
     )
     seconds = time.perf_counter() - start
     final = trainer.eval()

@@ -188,7 +188,7 @@ def test_sync_runners_sample_the_seeds_and_keys_they_derive(local_ray):
     try:
         module = trainer.state.modules["default_policy"]
         key = jax.random.key(11)
-        rollout = trainer.runner.sample(algorithm.explore, module, 40, key)
+        rollout = trainer.engine.runner.sample(algorithm.explore, module, 40, key)
         parts = []
         for index in range(2):
             local = EnvRunner("CartPole-v1", num_envs=2, seed=runner_seed(5, index, 2))
@@ -211,10 +211,10 @@ def test_a_killed_runner_is_replaced_and_training_goes_on(local_ray, tmp_path):
                          num_env_runners=2, env_runners=options)  # fmt: skip
     try:
         first = trainer.step()
-        before = trainer.runner.actor_pids()
+        before = trainer.engine.runner.actor_pids()
         os.kill(before[1], signal.SIGKILL)
         second = trainer.step()
-        after = trainer.runner.actor_pids()
+        after = trainer.engine.runner.actor_pids()
         assert second["num_env_runner_restarts"] == 1.0
         assert second["env_steps"] == 2 * first["env_steps"]  # a whole batch all the same
         assert after[0] == before[0] and after[1] != before[1]
@@ -243,9 +243,9 @@ def test_an_env_config_change_rebuilds_the_runners(local_ray):
                          num_env_runners=1, env_runners=HALF_A_CORE)  # fmt: skip
     try:
         trainer.step()
-        before = trainer.runner.actor_pids()
+        before = trainer.engine.runner.actor_pids()
         stats = trainer.step(env_config={"max_episode_steps": 5})
-        assert trainer.runner.actor_pids() != before
+        assert trainer.engine.runner.actor_pids() != before
         lengths = trainer.counters.recent_lengths[-int(stats["num_episodes"]) :]
         assert stats["num_episodes"] >= 20 and max(lengths) <= 5
         with pytest.raises(Exception, match="no_such_option"):
@@ -304,7 +304,7 @@ def test_an_environment_that_raises_is_replaced_and_off_policy_runners_feed_the_
     try:
         history = [trainer.step() for _ in range(10)]
         assert history[-1]["num_env_runner_restarts"] == 1.0
-        assert trainer.buffer is not None
+        assert trainer.engine.buffer is not None
         assert any("default_policy/td_error_mean" in row for row in history)  # it updated
     finally:
         trainer.close()

@@ -136,7 +136,7 @@ def test_offline_block_runs_and_runs_again(tmp_path, monkeypatch):
 def test_recurrent_block_runs():
     namespace = _run("recurrent", {})
     stats, trainer = namespace["stats"], namespace["trainer"]
-    assert stats["env_steps"] == 1024 and trainer.algorithm.config.use_lstm
+    assert stats["env_steps"] == 1024 and trainer.engine.algorithm.config.use_lstm
     assert stats["default_policy/num_grad_steps"] == 8 * 4  # 8 epochs of 4 minibatches
     namespace["env"].close()
     trainer.close()

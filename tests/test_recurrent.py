@@ -275,7 +275,7 @@ def test_trainer_resumes_an_lstm_run_exactly_with_its_recurrent_state(tmp_path):
     straight = make()
     expected = [straight.step() for _ in range(4)]
     interrupted, resumed = interrupted_and_resumed(make, tmp_path, steps=2)
-    assert interrupted.runner.get_state()["carry"] is not None
+    assert interrupted.engine.runner.get_state()["carry"] is not None
     assert_same_stats(expected[2:], [resumed.step() for _ in range(2)])
     assert tree_equal(resumed.state.modules, straight.state.modules)
 

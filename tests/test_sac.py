@@ -311,9 +311,9 @@ def test_a_trainer_fills_its_warmup_rows_with_uniform_actions():
             {**SMALL, **config, "warmup_actions": warmup},
         )
         trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=8, seed=0, progress=False)
-        while trainer.buffer is None or int(trainer.buffer.size) < 512:
+        while trainer.engine.buffer is None or int(trainer.engine.buffer.size) < 512:
             trainer.step()
-        return np.asarray(trainer.buffer.storage["actions"][:512])
+        return np.asarray(trainer.engine.buffer.storage["actions"][:512])
 
     assert 1.05 < float(warmup_actions("uniform").std()) < 1.25
     assert float(warmup_actions("policy").std()) < 0.6
@@ -361,7 +361,7 @@ def test_trainer_with_prioritized_replay_updates_priorities():
     for _ in range(8):
         stats = trainer.step()
     assert all(np.isfinite(stats[f"default_policy/loss/{t}"]) for t in TERMS)
-    buffer = trainer.buffer
+    buffer = trainer.engine.buffer
     assert isinstance(buffer, prioritized_replay.PrioritizedReplayBuffer)
     leaves = buffer.sum_tree.shape[0] // 2
     priorities = np.asarray(buffer.sum_tree[leaves : leaves + int(buffer.size)]) ** (1 / 0.6)

@@ -155,7 +155,7 @@ def test_a_trainer_of_a_learner_builds_no_second_model_or_learner(monkeypatch, n
 
     monkeypatch.setattr(jl.Learner, "__init__", counting_init)
     trainer = jl.Trainer(learner, env_id, num_envs=2, progress=False)
-    assert trainer.learner is learner and trainer.algorithm.config.hidden_sizes == (8,)
+    assert trainer.learner is learner and trainer.engine.algorithm.config.hidden_sizes == (8,)
     stats = trainer.step()  # the act and postprocess (or transitions) functions work
     assert stats["env_steps"] > 0 and constructions == []
     with pytest.raises(AssertionError, match="built again"):
@@ -253,7 +253,7 @@ def test_off_policy_resume_continues_exactly(tmp_path):
     straight = make()
     expected = [straight.step() for _ in range(8)]
     interrupted, resumed = interrupted_and_resumed(make, tmp_path / "ckpt", steps=5)
-    assert tree_equal(resumed.buffer, interrupted.buffer)
+    assert tree_equal(resumed.engine.buffer, interrupted.engine.buffer)
     assert_same_stats(expected[5:], [resumed.step() for _ in range(3)])
     assert tree_equal(resumed.state.modules, straight.state.modules)
 

@@ -89,7 +89,7 @@ def test_an_on_policy_trainer_with_policy_lag_saves_counters_history_runner_and_
     assert extra["trainer"]["iteration"] == 2 and extra["trainer"]["env_steps"] == 128
     assert_history(extra, arrays, trainer)
     assert list(extra["runner"]) == [*RUNNER_KEYS, "envs"]
-    assert extra["runner"] == as_json(trainer.runner.get_state())
+    assert extra["runner"] == as_json(trainer.engine.runner.get_state())
     assert sorted(arrays) == ["behaviour_params", "history", "key"]
     assert_key(arrays)
     # The params of the last policy_lag + 1 iterations' starts, each like the module's params.
@@ -117,7 +117,7 @@ def test_an_off_policy_trainer_saves_its_replay_feed(tmp_path):
         "uncounted_env_steps": "int",
     }
     assert_history(extra, arrays, trainer)
-    assert extra["runner"] == as_json(trainer.runner.get_state())
+    assert extra["runner"] == as_json(trainer.engine.runner.get_state())
     assert sorted(arrays) == ["buffer", "history", "key"]
     assert_key(arrays)
     assert sorted(arrays["buffer"]) == ["position", "size", "storage"]
@@ -142,7 +142,7 @@ def test_a_multi_agent_trainer_saves_its_counters_under_their_own_name(tmp_path)
     }
     assert_history(extra, arrays, trainer)
     assert list(extra["runner"]) == ["obs", "returns", "seen", "lengths", "envs"]
-    assert extra["runner"] == as_json(trainer.runner.get_state())
+    assert extra["runner"] == as_json(trainer.engine.runner.get_state())
     assert extra["groups"] == {"p0": ["agent_0"], "p1": ["agent_1"]}
     assert sorted(arrays) == ["history", "key"]
     assert_key(arrays)

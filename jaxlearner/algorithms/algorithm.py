@@ -15,7 +15,7 @@ and how to turn experience into training batches, and that differs by kind:
   acting in an environment only to be evaluated.
 
 Both are final frozen values of pure functions around one learner; the
-:class:`~jaxlearner.Trainer`, :mod:`jaxlearner.anakin.train` and the command line
+:func:`~jaxlearner.Trainer`, :mod:`jaxlearner.anakin.train` and the command line
 choose what to do by the kind, once, and your own loop can too.
 :data:`Algorithm` is either kind.
 
@@ -173,7 +173,7 @@ class OnPolicyAlgorithm:
       policy_lag: collect each rollout with the module state of this many
         updates ago (0: the current one), to train on stale experience as an
         asynchronous learner would (APPO's V-trace corrects for it). The
-        :class:`~jaxlearner.Trainer` keeps the last ``policy_lag + 1`` states.
+        :func:`~jaxlearner.Trainer` keeps the last ``policy_lag + 1`` states.
 
     Raises:
       ValueError: for a ``policy_lag`` that is not an int >= 0.

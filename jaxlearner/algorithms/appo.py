@@ -54,7 +54,7 @@ of one environment each (rows ``[L, ...]``). Each of the ``N`` environments coll
 the fewest whole sequences that make at least ``train_batch_size`` env steps in
 all, ``T = ceil(train_batch_size / (N * L)) * L``, as RLlib's samplers collect
 whole fragments until they hold ``train_batch_size`` steps: RLlib's defaults
-(500 and ``L = 50``) on the :class:`~jaxlearner.Trainer`'s 8 environments collect
+(500 and ``L = 50``) on the :func:`~jaxlearner.Trainer`'s 8 environments collect
 2 sequences per environment, 800 env steps; a ``train_batch_size`` of ``N``
 times a multiple of ``L`` is collected exactly. Minibatches take whole sequences, so
 the loss can run :func:`~jaxlearner.algorithms.trajectories.returns.vtrace` backwards in time
@@ -74,7 +74,7 @@ At ``r = 1`` (the first gradient step of an update) the gradient is IMPALA's,
 ``min(1, rho) * (q - V) * grad log pi``. RLlib additionally multiplies ``r`` by
 ``clip(rho, 0, 2)``, applying the importance weight a second time; here it
 enters once, through V-trace's advantages. ``policy_lag`` makes
-:class:`~jaxlearner.Trainer` collect with stale params, so ``mu != pi_old`` is
+:func:`~jaxlearner.Trainer` collect with stale params, so ``mu != pi_old`` is
 exercised without asynchronous workers.
 """
 

@@ -6,7 +6,7 @@ builders ``recipe -> Learner``. An algorithm registers an
 type, how to build the whole :data:`~jaxlearner.algorithms.AnyAlgorithm` from
 two spaces and a config, and how to wrap an existing learner in its algorithm.
 ``jl.algorithms.build``, ``jl.algorithms.algorithm_for``, the
-:class:`~jaxlearner.Trainer` and the command line find them here
+:func:`~jaxlearner.Trainer` and the command line find them here
 (:func:`algorithm_recipe`, :func:`algorithm_names`). Your own algorithm
 registers with :func:`register_algorithm`.
 

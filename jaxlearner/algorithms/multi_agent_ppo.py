@@ -22,7 +22,7 @@ The learner carries a JSON recipe (``"algorithm": "multi_agent_ppo"``, the
 config, each policy's spaces and the policies to train), so a checkpoint
 rebuilds it with :func:`jaxlearner.restore`. Which agents act with which
 policy is the driver's concern: see
-:class:`~jaxlearner.training.multi_agent.MultiAgentTrainer`.
+:func:`~jaxlearner.training.multi_agent.MultiAgentTrainer`.
 
 Example:
   >>> import gymnasium as gym, jax, jaxlearner as jl

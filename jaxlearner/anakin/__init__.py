@@ -23,12 +23,13 @@ from jaxlearner.anakin.train import (
     make_train,
     one_agent_at_a_time,
 )
-from jaxlearner.anakin.trainer import AnakinCounters, AnakinTrainer
+from jaxlearner.anakin.trainer import AnakinCounters, AnakinEngine, AnakinTrainer
 
 __all__ = [
     "Anakin",
     "AnakinConfig",
     "AnakinCounters",
+    "AnakinEngine",
     "AnakinState",
     "AnakinTrainer",
     "Buffer",

@@ -200,7 +200,7 @@ def _warm_up(
 ) -> AnakinState:
     """A fresh replay buffer, filled by the iterations that would not update yet.
 
-    The :class:`~jaxlearner.Trainer` updates in an iteration once its env
+    The :func:`~jaxlearner.Trainer` updates in an iteration once its env
     steps so far reach ``learning_starts``
     (:func:`~jaxlearner.algorithms.replay.update_rate.updates_due`); the iterations
     before that only collect, and run here.

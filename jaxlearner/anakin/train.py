@@ -21,7 +21,7 @@ and an :class:`~jaxlearner.anakin.envs.Environment`:
    rollout's ``algorithm.transitions`` go into a device replay buffer, then
    ``updates_per_step x`` (steps collected) updates on batches sampled from it
    (:func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`, the
-   :class:`~jaxlearner.Trainer`'s loop too). Before the first iteration, the
+   :func:`~jaxlearner.Trainer`'s loop too). Before the first iteration, the
    iterations in which the Trainer would only collect (fewer than
    ``learning_starts`` env steps so far) run in ``init``;
 3. every ``eval_interval`` iterations a deterministic evaluation with

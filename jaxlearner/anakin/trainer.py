@@ -1,10 +1,10 @@
-"""AnakinTrainer: the Trainer's step / eval / run / save / restore over one compiled Anakin run.
+"""AnakinTrainer: the trainers' driver over one compiled Anakin run.
 
 :func:`~jaxlearner.anakin.train.make_anakin` makes a whole training run one pure
-function; :class:`AnakinTrainer` drives it in blocks of ``iterations_per_step``
+function; :class:`AnakinEngine` runs it in blocks of ``iterations_per_step``
 iterations, each block one compiled call, so that a run over a pure-JAX
 environment (``"gymnax:Breakout-MinAtar"``) gets what a gymnasium run gets from
-:class:`~jaxlearner.Trainer`: the same :class:`~jaxlearner.training.run_book.RunBook`
+:func:`~jaxlearner.Trainer`: the same :class:`~jaxlearner.training.driver.Driver`
 (counters, a history row per step, the writers, stop conditions, the evaluation
 cadence, a stop request honoured between blocks) and checkpoints that
 resume exactly. ``jaxlearner train ALGO --env gymnax:NAME`` runs one.
@@ -27,8 +27,7 @@ of one env step (DQN on one environment) would otherwise write a row per env ste
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, final
 
 import jax
@@ -41,9 +40,14 @@ from jaxlearner.anakin.envs.environment import Environment
 from jaxlearner.anakin.iteration import AnakinState
 from jaxlearner.anakin.train import AnakinConfig, make_anakin
 from jaxlearner.checkpoint.leaves import is_key, stored_leaf
-from jaxlearner.checkpoint.manager import CheckpointManager
-from jaxlearner.training import run_book
-from jaxlearner.training.compile_clock import Stopwatch
+from jaxlearner.training.driver import (
+    Driver,
+    Iteration,
+    RestoredRun,
+    Saved,
+    check_eval_episodes,
+    no_run_options,
+)
 from jaxlearner.training.outputs.loggers import Writer
 from jaxlearner.training.outputs.run_config import run_config
 
@@ -88,9 +92,22 @@ class AnakinCounters:
         return {"episode_return_mean": returns / count, "episode_len_mean": lengths / count}
 
 
-@final
-class AnakinTrainer:
+def AnakinTrainer(
+    algorithm: Algorithm,
+    env: Environment | str,
+    *,
+    num_envs: int = 16,
+    iterations_per_step: int = 1,
+    eval_episodes: int = 16,
+    seed: int = 0,
+    writers: Sequence[Writer] = (),
+    progress: bool | None = None,
+) -> Driver[AnakinEngine]:
     """Trains a built-in algorithm on a pure-JAX environment, one compiled block per step.
+
+    Returns a :class:`~jaxlearner.training.driver.Driver` over an :class:`AnakinEngine`;
+    its ``state`` is the whole :class:`~jaxlearner.anakin.AnakinState` of the run (learner,
+    environments, key, replay buffer).
 
     Args:
       algorithm: an on- or off-policy algorithm (``jl.algorithms.build(...)``) built for
@@ -99,14 +116,18 @@ class AnakinTrainer:
         :func:`jaxlearner.anakin.envs.make` takes (``"CartPole-v1"``,
         ``"gymnax:Breakout-MinAtar"``).
       num_envs: environments stepped together (vmapped).
-      iterations_per_step: Anakin iterations in one :meth:`step`, one compiled call and one
-        row of :attr:`history`. Stop conditions, evaluations, a stop request and
+      iterations_per_step: Anakin iterations in one step, one compiled call and one
+        row of the history. Stop conditions, evaluations, a stop request and
         checkpoints fall between steps; ``run``'s ``max_iterations`` and
         ``eval_every_iterations`` count steps.
-      eval_episodes: fresh environments per :meth:`eval`, one whole episode each.
+      eval_episodes: fresh environments per evaluation, one whole episode each.
       seed: seeds the learner's init, the environments and the run's key.
       writers: metric writers (console, JSON lines, TensorBoard, MLflow).
-      progress: show a progress bar in :meth:`run`; ``None`` shows one on a terminal.
+      progress: show a progress bar in ``run``; ``None`` shows one on a terminal.
+
+    Returns:
+      The trainer, a :class:`~jaxlearner.training.driver.Driver` over an
+      :class:`AnakinEngine`.
 
     Raises:
       TypeError: for an algorithm or environment of the wrong kind.
@@ -126,28 +147,55 @@ class AnakinTrainer:
       >>> len(rows), trainer.counters.iteration, trainer.counters.env_steps
       (2, 4, 256)
     """
+    check_eval_episodes(eval_episodes)
+    if type(iterations_per_step) is not int or iterations_per_step < 1:
+        raise ValueError(
+            f"iterations_per_step must be a positive int; got {iterations_per_step!r}."
+        )
+    if type(seed) is not int:
+        raise TypeError(f"AnakinTrainer's seed must be an int; got {seed!r}.")
+    env_id = env if isinstance(env, str) else type(env).__name__
+    env = make_env(env) if isinstance(env, str) else env
+    engine = AnakinEngine(algorithm, env, num_envs, iterations_per_step, eval_episodes, seed)
+    start: AnakinState = engine.init(jax.random.key(seed))
+    settings = {"num_envs": num_envs, "seed": seed, "eval_episodes": eval_episodes}
+    config = run_config(algorithm.learner, env=env_id, **settings)
+    counters = AnakinCounters(env_steps=int(start.env_steps))  # an off-policy warm-up's
+    return Driver(engine, start, counters, writers=writers, progress=progress, config=config)
+
+
+@final
+class AnakinEngine:
+    """An :func:`AnakinTrainer`'s engine: the compiled Anakin block and evaluation.
+
+    Args:
+      algorithm: as :func:`AnakinTrainer`'s.
+      env: the environment (made).
+      num_envs: environments stepped together.
+      iterations_per_step: Anakin iterations per compiled block.
+      eval_episodes: fresh environments per evaluation.
+      seed: the run's seed (evaluations' keys fold it with the iteration).
+
+    Attributes:
+      algorithm: the algorithm being trained.
+      learner: its learner.
+      init: the compiled ``init(key) -> AnakinState``.
+      env_steps_per_iteration: env steps one block collects, its iterations' rollouts
+        together.
+    """
+
+    owner = "AnakinTrainer"
+    counters_key = "trainer"
 
     def __init__(
         self,
         algorithm: Algorithm,
-        env: Environment | str,
-        *,
-        num_envs: int = 16,
-        iterations_per_step: int = 1,
-        eval_episodes: int = 16,
-        seed: int = 0,
-        writers: Sequence[Writer] = (),
-        progress: bool | None = None,
+        env: Environment,
+        num_envs: int,
+        iterations_per_step: int,
+        eval_episodes: int,
+        seed: int,
     ) -> None:
-        run_book.check_eval_episodes(eval_episodes)
-        if type(iterations_per_step) is not int or iterations_per_step < 1:
-            raise ValueError(
-                f"iterations_per_step must be a positive int; got {iterations_per_step!r}."
-            )
-        if type(seed) is not int:
-            raise TypeError(f"AnakinTrainer's seed must be an int; got {seed!r}.")
-        env_id = env if isinstance(env, str) else type(env).__name__
-        env = make_env(env) if isinstance(env, str) else env
         config = AnakinConfig(
             num_envs=num_envs,
             num_iterations=iterations_per_step,
@@ -155,74 +203,25 @@ class AnakinTrainer:
             evaluate=False,
         )
         anakin = make_anakin(algorithm, env, config)
-        self._algorithm, self._seed = algorithm, seed
+        self.algorithm, self.learner, self._seed = algorithm, algorithm.learner, seed
         self._steps_per_iteration = algorithm.rollout_steps(num_envs) * num_envs
+        self.env_steps_per_iteration = self._steps_per_iteration * iterations_per_step
+        self.init = jax.jit(anakin.init)
         self._run = jax.jit(anakin.run, donate_argnums=0)
         self._evaluate = jax.jit(anakin.evaluate)
-        self._eval_episodes, self._iterations_per_step = eval_episodes, iterations_per_step
-        self._state: AnakinState = jax.jit(anakin.init)(jax.random.key(seed))
-        settings = {"num_envs": num_envs, "seed": seed, "eval_episodes": eval_episodes}
-        self._book = run_book.RunBook(
-            AnakinCounters(),
-            owner="AnakinTrainer",
-            writers=writers,
-            progress=progress,
-            config=run_config(algorithm.learner, env=env_id, **settings),
-        )
-        self.counters.env_steps = int(self._state.env_steps)  # an off-policy warm-up's
+        self._eval_episodes = eval_episodes
 
-    algorithm = run_book.trainer_algorithm
-    learner = run_book.trainer_learner
-
-    @property
-    def state(self) -> AnakinState:
-        """The :class:`~jaxlearner.anakin.AnakinState` of the run (learner, environments, key,
-        replay buffer)."""
-        return self._state
-
-    counters = run_book.book_attribute(
-        "counters",
-        """The run's progress (iterations, env steps, episodes, seconds and the recent
-        episodes' sums); checkpoints keep it.""",
-    )
-
-    history = run_book.book_attribute(
-        "history",
-        """The dicts :meth:`step` returned, with :meth:`run`'s evaluations joined as
-        ``"eval/..."``; stop conditions read it, checkpoints keep it.""",
-    )
-
-    request_stop = run_book.trainer_request_stop
-    stop_requested = run_book.trainer_stop_requested
-
-    @property
-    def env_steps_per_iteration(self) -> int:
-        """Env steps one :meth:`step` collects: its iterations' rollouts together (a run
-        with ``MaxEnvSteps(n)`` ends at the first multiple of it at or past ``n``)."""
-        return self._steps_per_iteration * self._iterations_per_step
-
-    def step(self) -> dict[str, float]:
+    def iterate(
+        self, state: AnakinState, counters: AnakinCounters
+    ) -> tuple[AnakinState, Iteration]:
         """``iterations_per_step`` iterations in one compiled call, recorded as one row.
 
-        Returns:
-          The step's row, also appended to :attr:`history` (see the module's docstring
-          for the names).
-
-        Raises:
-          NonFiniteError: when the last update's loss or params went NaN or infinite (the
-            row is recorded first).
+        The row's stats after the timing ones: ``episode_return_mean`` and
+        ``episode_len_mean`` over the recent iterations' episodes, and the learner's metrics
+        of the block's last update.
         """
-        watch = Stopwatch()
-        self._state, metrics = self._run(self._state)
+        state, metrics = self._run(state)
         metrics = jax.device_get(metrics)
-        elapsed, compiling = watch.read()
-        return self._record(metrics, elapsed, compiling)
-
-    def _record(
-        self, metrics: Mapping[str, Any], elapsed: float, compiling: float
-    ) -> dict[str, float]:
-        """Counts a block's iterations and records its row."""
-        counters = self.counters
         episodes = np.asarray(metrics["num_episodes"])
         for i in np.flatnonzero(episodes):  # iterations without episodes only count
             counters.count(
@@ -230,20 +229,17 @@ class AnakinTrainer:
                 float(metrics["episode_return_mean"][i]),
                 float(metrics["episode_length_mean"][i]),
             )
-        counters.iteration = int(metrics["iteration"][-1])
-        counters.env_steps = int(metrics["env_steps"][-1])
-        counters.time_total_s += elapsed
         counts = {"episodes": float(counters.episodes), "num_episodes": float(episodes.sum())}
-        steps = self._steps_per_iteration * len(episodes)
-        stats = run_book.iteration_stats(counters, steps, elapsed, counts, compiling)
-        stats.update(counters.episode_stats())
+        stats = counters.episode_stats()
         stats.update({name: float(values[-1]) for name, values in metrics.items() if "/" in name})
-        self._book.record(stats)
-        return stats
+        steps = self._steps_per_iteration * len(episodes)
+        return state, Iteration(steps, counts, stats, iterations=len(episodes))
 
-    run = run_book.trainer_run
+    def run_options(self, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """None: ``run`` takes no options of its own here."""
+        return no_run_options(self.owner, options)
 
-    def eval(self) -> dict[str, float]:
+    def evaluate(self, state: AnakinState, counters: AnakinCounters) -> dict[str, float]:
         """One whole episode in each of ``eval_episodes`` fresh environments, deterministic.
 
         The environments' seeds depend on the run's seed and the iteration only (never the
@@ -252,59 +248,44 @@ class AnakinTrainer:
         Returns:
           ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
         """
-        start = time.perf_counter()
-        key = jax.random.fold_in(jax.random.key(self._seed + 10_000), self.counters.iteration)
-        module = self._state.learner.modules[self._algorithm.module_id]
+        key = jax.random.fold_in(jax.random.key(self._seed + 10_000), counters.iteration)
+        module = state.learner.modules[self.algorithm.module_id]
         results = {k: float(v) for k, v in jax.device_get(self._evaluate(module, key)).items()}
         results["episodes"] = float(self._eval_episodes)
-        self.counters.time_total_s += time.perf_counter() - start
-        self._book.write_evaluation(results)
         return results
 
-    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
-        """Saves the whole run: the learner state, counters, history, and the environments,
-        observations, key, replay buffer and recurrent memory as extra arrays.
-
-        Returns:
-          The step saved (the iteration count).
-        """
-        state = self._state.replace(learner=None)
-        leaves = [np.asarray(stored_leaf(leaf)) for leaf in jax.tree.leaves(state)]
+    def saved(self, state: AnakinState) -> Saved:
+        """The learner state as a learner checkpoint; the environments, observations, key,
+        replay buffer and recurrent memory as extra arrays."""
+        rest = state.replace(learner=None)
+        leaves = [np.asarray(stored_leaf(leaf)) for leaf in jax.tree.leaves(rest)]
         arrays = {"anakin": {str(i): leaf for i, leaf in enumerate(leaves)}}
         extra = {"anakin": {"leaves": len(leaves)}}
-        return self._book.save(
-            checkpoint, self._state.learner, self.learner, extra, arrays, metrics
-        )
+        return Saved(state.learner, extra, arrays)
 
-    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
-        """Continues from a step saved by :meth:`save` (default: the latest), exactly.
+    def restored(self, state: AnakinState, run: RestoredRun) -> AnakinState:
+        """The saved run, each array checked against ``state``'s.
 
         Raises:
-          ValueError: when the step was not saved by an AnakinTrainer, or by one of another
-            shape (environments, buffer).
+          ValueError: for a step saved by another kind of trainer or a run of another shape
+            (its count of run arrays, or an array's shape or dtype).
         """
-        paths, treedef = jax.tree_util.tree_flatten_with_path(self._state.replace(learner=None))
-        expected = [leaf for _, leaf in paths]
-
-        def check(extra: Mapping[str, Any]) -> None:
-            saved = extra.get("anakin", {}).get("leaves")
-            if saved != len(expected):
-                raise ValueError(
-                    f"This checkpoint step was not saved by an AnakinTrainer of this run's shape "
-                    f"(it holds {saved} run arrays, this run has {len(expected)})."
-                )
-
-        restored = self._book.restore(checkpoint, self.learner, step, check)
-        saved = restored.arrays["anakin"]
+        paths, treedef = jax.tree_util.tree_flatten_with_path(state.replace(learner=None))
+        saved_count = run.extra.get("anakin", {}).get("leaves")
+        if saved_count != len(paths):
+            raise ValueError(
+                f"This checkpoint step was not saved by an AnakinTrainer of this run's shape "
+                f"(it holds {saved_count} run arrays, this run has {len(paths)})."
+            )
+        saved = run.arrays["anakin"]
         leaves = [
             _loaded(saved[str(i)], like, jax.tree_util.keystr(path))
             for i, (path, like) in enumerate(paths)
         ]
-        self._state = jax.tree.unflatten(treedef, leaves).replace(learner=restored.state)
+        return jax.tree.unflatten(treedef, leaves).replace(learner=run.state)
 
     def close(self) -> None:
-        """Closes the writers."""
-        self._book.close()
+        """Nothing to close: the environments are arrays."""
 
 
 def _loaded(saved: Any, like: jax.Array, name: str) -> jax.Array:

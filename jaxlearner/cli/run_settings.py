@@ -36,12 +36,12 @@ from jaxlearner.cli.run_folder import (
     read_run,
 )
 from jaxlearner.training.atari import is_atari, make_env, register_ale
+from jaxlearner.training.driver import EVAL_EPISODES
 from jaxlearner.training.env_runners import ASYNCHRONOUS_ALGORITHMS
 from jaxlearner.training.offline.datasets import Dataset
 from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
 from jaxlearner.training.outputs.loggers import require_tensorboard
 from jaxlearner.training.outputs.wandb_writer import require_wandb
-from jaxlearner.training.run_book import EVAL_EPISODES
 
 
 @dataclasses.dataclass(frozen=True)

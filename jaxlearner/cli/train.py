@@ -31,7 +31,7 @@ from typing import TypeAlias
 from jaxlearner.algorithms.algorithm import AnyAlgorithm
 from jaxlearner.algorithms.config import config_to_json
 from jaxlearner.anakin.envs.gymnax import is_gymnax
-from jaxlearner.anakin.trainer import AnakinTrainer
+from jaxlearner.anakin.trainer import AnakinEngine, AnakinTrainer
 from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.checkpoint.rebuild import restore
 from jaxlearner.cli.checkpoint_choice import read_checkpoint
@@ -69,8 +69,9 @@ from jaxlearner.cli.summary import (
 from jaxlearner.errors import NonFiniteError, SmallDatasetWarning
 from jaxlearner.files import write_atomic
 from jaxlearner.folder_lock import FolderLock
+from jaxlearner.training.driver import Driver
 from jaxlearner.training.env_runners import EnvRunnersConfig
-from jaxlearner.training.offline.trainer import OfflineTrainer
+from jaxlearner.training.offline.trainer import OfflineEngine, OfflineTrainer
 from jaxlearner.training.outputs.loggers import (
     ConsoleWriter,
     JSONLinesWriter,
@@ -78,10 +79,10 @@ from jaxlearner.training.outputs.loggers import (
     Writer,
 )
 from jaxlearner.training.stop_conditions import AnyOf, MaxEnvSteps, RewardBound, StopCondition
-from jaxlearner.training.trainer import Trainer
+from jaxlearner.training.trainer import EnvEngine, Trainer
 from jaxlearner_cli import SIGNALS, Interrupted, command_started
 
-AnyTrainer: TypeAlias = Trainer | OfflineTrainer | AnakinTrainer
+AnyTrainer: TypeAlias = Driver[EnvEngine] | Driver[OfflineEngine] | Driver[AnakinEngine]
 """The trainer ``jaxlearner train`` runs: on rollouts, on a dataset (BC, MARWIL), or compiled
 with a gymnax environment (``--env gymnax:NAME``)."""
 
@@ -327,7 +328,7 @@ def _trainer(
                 writers=writers,
                 progress=progress,
             )
-        rows = trainer.algorithm.train_batch_size
+        rows = trainer.engine.algorithm.train_batch_size
         if rows < algorithm.train_batch_size:
             print(
                 f"jaxlearner train: notice: the dataset holds {rows} rows, fewer than "
@@ -399,11 +400,7 @@ def _run(
     if options.resume is not None and AnyOf(*conditions)(trainer.history):
         print(f"{out} is complete: its stop conditions hold; nothing to resume", flush=True)
         return 0, None
-    per_iteration = (
-        trainer.rows_per_iteration
-        if isinstance(trainer, OfflineTrainer)
-        else trainer.env_steps_per_iteration
-    )
+    per_iteration = trainer.env_steps_per_iteration  # dataset rows, for the offline trainer
     start = trainer.counters.env_steps
     resumed = options.resume is not None
     print(budget_line(settings, per_iteration, steps, start, resumed=resumed), flush=True)

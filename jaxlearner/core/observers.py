@@ -15,10 +15,10 @@ A module's observers are listed in its :class:`~jaxlearner.ModuleSpec` (``observ
 :func:`make_observe` turns them into the one function every driver calls, once per
 collected batch and before postprocessing:
 
-* the gymnasium feeds of the :class:`~jaxlearner.Trainer` (on-policy and replay),
+* the gymnasium feeds of the :func:`~jaxlearner.Trainer` (on-policy and replay),
 * :mod:`jaxlearner.anakin.train`'s iteration (and its replay warm-up),
-* the :class:`~jaxlearner.MultiAgentTrainer`, one call per policy's batch,
-* the :class:`~jaxlearner.OfflineTrainer`, once over its whole dataset.
+* the :func:`~jaxlearner.MultiAgentTrainer`, one call per policy's batch,
+* the :func:`~jaxlearner.OfflineTrainer`, once over its whole dataset.
 
 A driver that holds a :class:`~jaxlearner.LearnerState` calls
 :meth:`jaxlearner.Learner.observe`; one inside a compiled program calls

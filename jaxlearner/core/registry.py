@@ -51,7 +51,7 @@ def register_recipe(name: str, builder: RecipeBuilder, *, replace: bool = False)
         :class:`~jaxlearner.algorithms.builtin.AlgorithmRecipe` (as the
         built-in algorithms register) also serves
         ``jl.algorithms.build``, ``jl.algorithms.algorithm_for`` and the
-        :class:`~jaxlearner.Trainer`.
+        :func:`~jaxlearner.Trainer`.
       replace: allow replacing a builder registered earlier under ``name``.
 
     Raises:

@@ -38,7 +38,7 @@ NaN/Inf or (without ``skip_nonfinite``, whose skipped steps are counted in
 0; ``"__all__"/nonfinite`` is 1 when any module's is. It costs one fused
 reduction over the losses and the new params per update. The update still
 applies what it computed (RLlib's semantics); a driver decides what to do
-(:class:`~jaxlearner.Trainer` stops with :class:`~jaxlearner.errors.NonFiniteError`).
+(:func:`~jaxlearner.Trainer` stops with :class:`~jaxlearner.errors.NonFiniteError`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Atari through ale-py, with the DeepMind preprocessing from gymnasium's own wrappers.
 
 The one module where ale-py enters. Every ``ALE/...`` id that jaxlearner makes an
-environment of (the :class:`~jaxlearner.Trainer`, ``jaxlearner train``, ``eval`` and
+environment of (the :func:`~jaxlearner.Trainer`, ``jaxlearner train``, ``eval`` and
 ``record``) is built by :func:`make_atari`:
 
 * ``gymnasium.make(id, frameskip=1)``: ALE v5 with its own frame skip off (the wrapper

@@ -16,7 +16,7 @@ are plain functions around your :class:`~jaxlearner.Learner`:
 
 :func:`custom_algorithm` checks them and returns an
 :class:`~jaxlearner.algorithms.OnPolicyAlgorithm`, which
-:class:`~jaxlearner.Trainer` runs as it runs PPO: the loop, stop conditions,
+:func:`~jaxlearner.Trainer` runs as it runs PPO: the loop, stop conditions,
 evaluation, writers, checkpoints.
 
 Example:
@@ -149,7 +149,7 @@ def custom_algorithm(
     module_id: str | None = None,
     name: str = CUSTOM_NAME,
 ) -> OnPolicyAlgorithm:
-    """An on-policy algorithm from your learner and functions, for :class:`~jaxlearner.Trainer`.
+    """An on-policy algorithm from your learner and functions, for :func:`~jaxlearner.Trainer`.
 
     Each training iteration collects ``rollout_steps`` steps in every environment with
     ``explore``, turns them into one batch with ``postprocess`` (jitted) and runs

@@ -66,7 +66,7 @@ class EnvRunnersConfig:
         failure raises ``RuntimeError`` (RLlib's ``max_num_env_runner_restarts``).
       ray_address: a running Ray cluster to join (``"auto"``, ``"ray://host:10001"``);
         ``None``: ``$RAY_ADDRESS`` if set, else a local Ray instance started for the run and
-        shut down by :meth:`~jaxlearner.Trainer.close`. A Ray already initialized in this
+        shut down by :meth:`~jaxlearner.Driver.close`. A Ray already initialized in this
         process is used as it is.
       asynchronous: ``True``: runners keep sampling while the learner updates (APPO only);
         ``False``: one batch from all runners per iteration; ``None``: asynchronous for

@@ -9,7 +9,7 @@ then ``updates_per_step`` per env step) with the compiled sample-then-update
 loop of :func:`~jaxlearner.algorithms.replay.off_policy.make_replay_updates`, the
 same one :mod:`jaxlearner.anakin.train` compiles into its run. A feed keeps what
 must survive a checkpoint (the buffer, the fraction of an update carried
-over) and gives it to :meth:`~jaxlearner.Trainer.save`.
+over) and gives it to :meth:`~jaxlearner.Driver.save`.
 
 Example:
   >>> feed = make_feed(jl.algorithms.algorithm_for(learner))          # doctest: +SKIP
@@ -45,7 +45,7 @@ from jaxlearner.core.state import LearnerState, ModuleState
 
 
 class Feed(Protocol):
-    """What the :class:`~jaxlearner.Trainer` does with a rollout, and saves of it."""
+    """What the :func:`~jaxlearner.Trainer` does with a rollout, and saves of it."""
 
     @property
     def buffer(self) -> Buffer | None:

@@ -1,9 +1,8 @@
-"""The loop every trainer's ``run`` shares: step, evaluate on schedule, log, stop.
+"""The loop of every trainer's ``run``: step, evaluate on schedule, log, stop.
 
-:class:`~jaxlearner.Trainer`, :class:`~jaxlearner.OfflineTrainer` and
-:class:`~jaxlearner.MultiAgentTrainer` differ in what one iteration does
-(their ``step``) and how they evaluate (their ``eval``); :func:`run_loop` is
-the rest, the same for all three: evaluations every ``steps_per_eval`` env
+:meth:`jaxlearner.training.driver.Driver.run` runs it over the driver's ``step`` and
+``eval`` (which differ underneath by engine); :func:`run_loop` is the rest, the same for
+every trainer and tested on its own: evaluations every ``steps_per_eval`` env
 steps joined to the iteration's stats as ``"eval/..."`` (and written, with
 ``env_steps`` and ``iteration``, to the writers), a progress bar over env
 steps, an ``on_iteration`` callback, the stop conditions over the history, and
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from jaxlearner.training.outputs.loggers import ProgressBar, Writer, describe_stop
 from jaxlearner.training.stop_conditions import AnyOf, RewardBound, StopCondition
@@ -50,15 +49,15 @@ class Steppable(Protocol):
     @property
     def stop_requested(self) -> bool: ...
 
-    def step(self) -> dict[str, float]: ...
+    def step(self, **options: Any) -> dict[str, float]: ...
 
-    def eval(self) -> dict[str, float]: ...
+    def eval(self, **options: Any) -> dict[str, float]: ...
 
 
 @runtime_checkable
 class FixedIterations(Protocol):
     """A trainer whose every :meth:`Steppable.step` collects the same number of env steps
-    (:class:`~jaxlearner.Trainer`, :class:`~jaxlearner.anakin.AnakinTrainer`): the loop's
+    (:func:`~jaxlearner.Trainer`, :func:`~jaxlearner.anakin.AnakinTrainer`): the loop's
     progress bar runs to the budget as it will end (:func:`budget_end`) from the start."""
 
     @property
@@ -162,6 +161,8 @@ def run_loop(
     progress: bool | None = None,
     evaluate_at_end: bool = False,
     eval_every_iterations: int | None = None,
+    step_options: Mapping[str, Any] | None = None,
+    eval_options: Mapping[str, Any] | None = None,
 ) -> list[dict[str, float]]:
     """Steps ``trainer`` until a stop condition holds; evaluates every ``steps_per_eval`` steps.
 
@@ -183,6 +184,10 @@ def run_loop(
         Not after a stop request: an interrupted run ends as fast as it can.
       eval_every_iterations: also evaluate every this many iterations (``None``: only by
         ``steps_per_eval``).
+      step_options: keyword arguments of every ``trainer.step`` (a
+        :class:`~jaxlearner.training.driver.Driver`'s engine options, such as an env-config
+        schedule).
+      eval_options: keyword arguments of every ``trainer.eval`` the loop makes.
 
     Returns:
       The stats of the iterations run, each also ``trainer.history``'s entry;
@@ -220,11 +225,12 @@ def run_loop(
     bar = ProgressBar(
         total=total, enabled=progress, description=stop_description(conditions, total)
     )
+    step_options, eval_options = dict(step_options or {}), dict(eval_options or {})
     next_eval = None if steps_per_eval is None else next_evaluation(trainer.history, steps_per_eval)
     ran: list[dict[str, float]] = []
     try:
         while not trainer.stop_requested and (max_iterations is None or len(ran) < max_iterations):
-            stats = trainer.step()
+            stats = trainer.step(**step_options)
             if budget is not None and not (sized or ran) and trainer.counters.env_steps > start:
                 bar.set_total(budget_end(budget, trainer.counters.env_steps - start, start))
             by_steps = next_eval is not None and trainer.counters.env_steps >= next_eval
@@ -233,12 +239,12 @@ def run_loop(
                 and trainer.counters.iteration % eval_every_iterations == 0
             )
             if evaluated:
-                _evaluate(trainer, stats, writers)
+                _evaluate(trainer, stats, writers, eval_options)
             if by_steps:
                 next_eval = trainer.counters.env_steps + steps_per_eval
             closing = evaluate_at_end and not (evaluated or trainer.stop_requested)
             if closing and stop(trainer.history):
-                _evaluate(trainer, stats, writers)
+                _evaluate(trainer, stats, writers, eval_options)
             ran.append(stats)
             bar.update(stats)
             if on_iteration is not None:
@@ -264,11 +270,16 @@ def evaluation_row(
     return {**row, "env_steps": float(env_steps), "iteration": float(iteration)}
 
 
-def _evaluate(trainer: Steppable, stats: dict[str, float], writers: Sequence[Writer]) -> None:
+def _evaluate(
+    trainer: Steppable,
+    stats: dict[str, float],
+    writers: Sequence[Writer],
+    options: Mapping[str, Any],
+) -> None:
     """Evaluates ``trainer``, joins the results to ``stats`` in place (the history holds this
     same dict) and writes them at the iteration's index."""
     counters = trainer.counters
-    logged = evaluation_row(trainer.eval(), stats["env_steps"], stats["iteration"])
+    logged = evaluation_row(trainer.eval(**options), stats["env_steps"], stats["iteration"])
     stats.update({k: v for k, v in logged.items() if k.startswith("eval/")})
     stats["time_total_s"] = counters.time_total_s
     for writer in writers:

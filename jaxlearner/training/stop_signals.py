@@ -15,20 +15,20 @@ from typing import Protocol
 
 
 class StopRequester(Protocol):
-    """What asks a run to stop: a trainer's book."""
+    """What asks a run to stop: a trainer (a :class:`~jaxlearner.Driver`)."""
 
     def request_stop(self) -> None: ...
 
 
 @contextlib.contextmanager
-def stop_on_signals(book: StopRequester) -> Iterator[None]:
-    """While the block runs, SIGINT and SIGTERM call ``book.request_stop()``: the run ends
+def stop_on_signals(trainer: StopRequester) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM call ``trainer.request_stop()``: the run ends
     after the iteration in flight. Only in the main thread, and only for a signal whose
     handler is still Python's default (the command line installs its own, which also
     request a stop and remember the signal); the previous handlers come back after.
 
     Example:
-      >>> with stop_on_signals(trainer._book):        # doctest: +SKIP
+      >>> with stop_on_signals(trainer):              # doctest: +SKIP
       ...     run_loop(trainer, [], [])               # until Ctrl-C
     """
     if threading.current_thread() is not threading.main_thread():
@@ -38,7 +38,7 @@ def stop_on_signals(book: StopRequester) -> Iterator[None]:
     previous = {}
     for number, default in defaults.items():
         if signal.getsignal(number) is default:
-            previous[number] = signal.signal(number, lambda *_: book.request_stop())
+            previous[number] = signal.signal(number, lambda *_: trainer.request_stop())
     try:
         yield
     finally:

@@ -1,26 +1,24 @@
-"""Trainer: step / eval / run around a built-in algorithm's learner and gymnasium envs.
+"""Trainer: a built-in algorithm's learner on gymnasium envs, as a
+:class:`~jaxlearner.training.driver.Driver` over an :class:`EnvEngine`.
 
-A thin loop anyone can read and copy: :meth:`Trainer.step` collects
+An iteration of :class:`EnvEngine` is short enough to read and copy: it collects
 experience with an :class:`~jaxlearner.training.env_runner.EnvRunner` and calls the
-jitted update; :meth:`Trainer.eval` runs whole episodes with the deterministic
-policy; :meth:`Trainer.run` repeats ``step`` (and ``eval`` every so many env
-steps) until a stop condition holds. What happens to each rollout depends on
-the algorithm's kind (a :mod:`~jaxlearner.training.feeds` feed, chosen once):
-on-policy algorithms (PPO) train once on each rollout; off-policy ones (DQN,
-SAC) store transitions in a device replay buffer and run a compiled
-sample-and-update loop.
+jitted update; its evaluation runs whole episodes with the deterministic policy. What
+happens to each rollout depends on the algorithm's kind (a
+:mod:`~jaxlearner.training.feeds` feed, chosen once): on-policy algorithms (PPO) train
+once on each rollout; off-policy ones (DQN, SAC) store transitions in a device replay
+buffer and run a compiled sample-and-update loop.
 
 Every iteration's learner metrics are fetched from the device once, flattened
-(``"default_policy/total_loss"``) and merged with the trainer's counters and
-episode statistics into one flat dict, which is returned, kept in
-:attr:`Trainer.history` and sent to the writers.
+(``"default_policy/total_loss"``) and merged with the counters and episode statistics
+into one flat row, which ``trainer.step()`` returns, keeps in ``trainer.history`` and
+sends to the writers.
 """
 
 from __future__ import annotations
 
 import collections
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, final
 
 import jax
@@ -33,20 +31,24 @@ from jaxlearner.algorithms import (
 )
 from jaxlearner.algorithms.networks.spaces import check_recipe_spaces
 from jaxlearner.algorithms.replay.off_policy import Buffer
-from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState, ModuleState
-from jaxlearner.training import run_book
 from jaxlearner.training.compile_ahead import compile_first_update
-from jaxlearner.training.compile_clock import Stopwatch
-from jaxlearner.training.env_runner import EnvLike, EnvRunner
+from jaxlearner.training.driver import (
+    EVAL_EPISODES,
+    Driver,
+    Iteration,
+    RestoredRun,
+    Saved,
+    check_eval_episodes,
+)
+from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
 from jaxlearner.training.env_runners import EnvRunnersConfig
 from jaxlearner.training.feeds import make_feed
 from jaxlearner.training.memory_stats import memory_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.outputs.run_config import describe_env, run_config
-from jaxlearner.training.stop_conditions import StopCondition
 from jaxlearner.training.trainer_counters import (
     EnvConfig,
     TrainerCounters,
@@ -66,9 +68,38 @@ EVAL_RUNNERS_KEPT = 4
 when a new config (an ``eval_env_config`` schedule's) needs another."""
 
 
-@final
-class Trainer:
+def Trainer(
+    learner: Learner | Algorithm,
+    env: EnvLike,
+    *,
+    num_envs: int = 8,
+    vectorization: Literal["sync", "async"] = "sync",
+    env_config: Mapping[str, Any] | None = None,
+    eval_episodes: int = EVAL_EPISODES,
+    seed: int = 0,
+    devices: DevicesLike = None,
+    writers: Sequence[Writer] = (),
+    progress: bool | None = None,
+    state: LearnerState | None = None,
+    compile_ahead: bool = True,
+    num_env_runners: int = 0,
+    env_runners: EnvRunnersConfig | None = None,
+) -> Driver[EnvEngine]:
     """Trains a built-in algorithm on a gymnasium environment.
+
+    Returns a :class:`~jaxlearner.training.driver.Driver` (``step``, ``eval``, ``run``,
+    ``save``, ``restore``, ``close``, ``counters``, ``history``, ``state``) over an
+    :class:`EnvEngine` (``trainer.engine``: its ``algorithm``, ``runner`` and ``buffer``).
+    ``trainer.step(env_config=...)`` rebuilds the training envs with a new config from that
+    step on; ``trainer.eval(env_config=..., deterministic=..., episodes=...)``;
+    ``trainer.run(..., env_config=schedule, eval_env_config=...)`` (:meth:`EnvEngine.iterate`
+    and :meth:`EnvEngine.evaluate` say more). A step's row holds ``iteration``,
+    ``env_steps`` (lifetime), ``episodes``, ``num_episodes`` (this iteration),
+    ``env_steps_per_s``, ``time_this_iter_s``, ``time_compile_s``, ``time_total_s``,
+    ``episode_return_mean`` / ``_min`` / ``_max`` and ``episode_len_mean`` over the last
+    100 episodes, the learner's metrics flattened (``"default_policy/total_loss"``,
+    ``"__all__/num_grad_steps"``, ...), and
+    :func:`~jaxlearner.training.memory_stats.memory_stats` (``"memory/..."``).
 
     Args:
       learner: a learner from ``jl.algorithms.ppo/dqn/sac(...)`` (its
@@ -79,7 +110,7 @@ class Trainer:
       num_envs: sub-environments stepped together.
       vectorization: ``"sync"`` or ``"async"``.
       env_config: keyword arguments for ``gymnasium.make`` or the factory.
-      eval_episodes: episodes per :meth:`eval` (one per evaluation env).
+      eval_episodes: episodes per evaluation (one per evaluation env).
       seed: seeds the learner's init, the environments and the trainer's key.
       devices: ``None`` (where the learner is placed already: the default
         device unless it was built with ``devices=``), ``"all"`` (every
@@ -97,6 +128,9 @@ class Trainer:
       env_runners: how the Ray runners run (:class:`~jaxlearner.EnvRunnersConfig`: CPUs,
         restarts, the cluster, synchronous or not).
 
+    Returns:
+      The trainer, a :class:`~jaxlearner.training.driver.Driver` over an :class:`EnvEngine`.
+
     Raises:
       ValueError: when the environment's spaces differ from those the learner
         was built for, or options are invalid.
@@ -108,25 +142,77 @@ class Trainer:
       >>> learner = jl.algorithms.ppo(env.observation_space, env.action_space)
       >>> trainer = jl.Trainer(learner, "CartPole-v1", num_envs=8)    # doctest: +SKIP
       >>> history = trainer.run([jl.RewardBound(475.0)], steps_per_eval=20_000)  # doctest: +SKIP
+      >>> trainer.engine.runner.num_envs                              # doctest: +SKIP
+      8
     """
+    init_key, key = jax.random.split(jax.random.key(seed))
+    engine = EnvEngine(
+        learner,
+        env,
+        num_envs=num_envs,
+        vectorization=vectorization,
+        env_config=env_config,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        devices=devices,
+        compile_ahead=compile_ahead,
+        num_env_runners=num_env_runners,
+        env_runners=env_runners,
+        init_key=init_key,
+        key=key,
+    )
+    placed = engine.learner
+    # learner.init places its state; a state given from elsewhere is placed here.
+    start = placed.init(init_key) if state is None else placed.placement.put(state)
+    config = run_config(
+        placed,
+        env=describe_env(env),
+        num_envs=num_envs if num_env_runners else engine.runner.num_envs,
+        seed=seed,
+        eval_episodes=eval_episodes,
+        vectorization=vectorization,
+        **({"num_env_runners": num_env_runners} if num_env_runners else {}),
+    )
+    counters = TrainerCounters()
+    return Driver(engine, start, counters, writers=writers, progress=progress, config=config)
+
+
+@final
+class EnvEngine:
+    """A :func:`Trainer`'s engine: gymnasium envs (or Ray runners of them) and the
+    algorithm's feed.
+
+    Made by :func:`Trainer`, whose arguments it takes (less the driver's ``writers``,
+    ``progress`` and ``state``), with the keys ``init_key`` (the learner's init, the
+    compile-ahead) and ``key`` (the engine's own, split at each use).
+
+    Attributes:
+      algorithm: the algorithm being trained (its learner, act functions and config).
+      learner: the learner being trained, the algorithm's.
+      runner: the training env runner (an :class:`~jaxlearner.training.env_runner.EnvRunner`,
+        or the Ray runners of ``num_env_runners > 0``).
+      env_steps_per_iteration: the rollout length times the envs.
+    """
+
+    owner = "Trainer"
+    counters_key = "trainer"
 
     def __init__(
         self,
         learner: Learner | Algorithm,
         env: EnvLike,
         *,
-        num_envs: int = 8,
-        vectorization: Literal["sync", "async"] = "sync",
-        env_config: Mapping[str, Any] | None = None,
-        eval_episodes: int = run_book.EVAL_EPISODES,
-        seed: int = 0,
-        devices: DevicesLike = None,
-        writers: Sequence[Writer] = (),
-        progress: bool | None = None,
-        state: LearnerState | None = None,
-        compile_ahead: bool = True,
-        num_env_runners: int = 0,
-        env_runners: EnvRunnersConfig | None = None,
+        num_envs: int,
+        vectorization: Literal["sync", "async"],
+        env_config: Mapping[str, Any] | None,
+        eval_episodes: int,
+        seed: int,
+        devices: DevicesLike,
+        compile_ahead: bool,
+        num_env_runners: int,
+        env_runners: EnvRunnersConfig | None,
+        init_key: jax.Array,
+        key: jax.Array,
     ) -> None:
         offline = isinstance(learner, OfflineAlgorithm)
         algorithm = learner if isinstance(learner, Algorithm) or offline else algorithm_for(learner)
@@ -137,20 +223,21 @@ class Trainer:
             )
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
-        self._algorithm = algorithm
-        run_book.check_eval_episodes(eval_episodes)
+        self.algorithm = algorithm
+        self.learner: Learner = algorithm.learner
+        check_eval_episodes(eval_episodes)
         self._env, self._env_config = env, dict(env_config or {})
         self._vectorization = vectorization
-        self._schedules: tuple[EnvConfig | None, EnvConfig | None] = (None, None)
         self._remote = (num_env_runners, env_runners)
-        runner = self._runner = self._make_runner(num_envs, self._env_config, seed)
+        runner = self.runner = self._make_runner(num_envs, self._env_config, seed)
         try:
             self._rollout_steps = algorithm.rollout_steps(runner.num_envs)
         except ValueError:
             runner.close()  # Ray runners' processes end with the error
             raise
+        self.env_steps_per_iteration = self._rollout_steps * runner.num_envs
         self._feed = make_feed(algorithm)
-        init_key, self._key = jax.random.split(jax.random.key(seed))
+        self._key = key
         self._ahead = (
             compile_first_update(algorithm, self._feed, runner, init_key, self._rollout_steps)
             if compile_ahead
@@ -162,44 +249,17 @@ class Trainer:
         self._eval_episodes = eval_episodes
         self._eval_runners: dict[str, EnvRunner] = {}
         self._seed = seed
-        # learner.init places its state; a state given from elsewhere is placed here.
-        self._state = (
-            self.learner.init(init_key) if state is None else self.learner.placement.put(state)
-        )
-        config = run_config(
-            self.learner,
-            env=describe_env(env),
-            num_envs=num_envs if num_env_runners else runner.num_envs,
-            seed=seed,
-            eval_episodes=eval_episodes,
-            vectorization=vectorization,
-            **({"num_env_runners": num_env_runners} if num_env_runners else {}),
-        )
-        self._book = run_book.RunBook(
-            TrainerCounters(), owner="Trainer", writers=writers, progress=progress, config=config
-        )
-
-    algorithm = run_book.trainer_algorithm
-    learner = run_book.trainer_learner
-
-    state = run_book.trainer_state
 
     @property
     def buffer(self) -> Buffer | None:
         """The replay buffer of an off-policy algorithm (``None`` before the first step)."""
         return self._feed.buffer
 
-    @property
-    def runner(self) -> TrainingRunner:
-        """The training env runner (an :class:`~jaxlearner.training.env_runner.EnvRunner`,
-        or the Ray runners of ``num_env_runners > 0``)."""
-        return self._runner
-
     def _make_runner(self, num_envs: int, env_config: dict[str, Any], seed: int) -> Any:
         """The training runner (local or Ray's), its spaces checked against the learner's."""
         count, options = self._remote
         runner = make_training_runner(
-            self._algorithm,
+            self.algorithm,
             self._env,
             num_envs=num_envs,
             num_env_runners=count,
@@ -219,178 +279,134 @@ class Trainer:
         """Raises ``ValueError`` when the runner's spaces differ from the learner's."""
         check_recipe_spaces(self.learner.recipe, runner.observation_space, runner.action_space)
 
-    counters = run_book.book_attribute(
-        "counters",
-        """The run's progress (iterations, env steps, episodes, seconds, and the returns and
-        lengths of the last 100 episodes); checkpoints keep it.""",
-    )
+    def _module_state(self, state: LearnerState) -> ModuleState:
+        return self.learner.placement.get(state).modules[self.algorithm.module_id]
 
-    history = run_book.book_attribute(
-        "history",
-        """The dicts :meth:`step` returned, with :meth:`run`'s evaluations joined as
-        ``"eval/..."``; stop conditions such as ``Plateau`` read it, checkpoints keep it.""",
-    )
-
-    request_stop = run_book.trainer_request_stop
-    stop_requested = run_book.trainer_stop_requested
-
-    def _module_state(self) -> ModuleState:
-        state = self.learner.placement.get(self._state)
-        return state.modules[self._algorithm.module_id]
-
-    def _behaviour_module(self) -> ModuleState:
+    def _behaviour_module(self, state: LearnerState) -> ModuleState:
         """The module to collect with: the current one with the params of ``policy_lag``
         updates ago (fewer in the first iterations)."""
-        module = self._module_state()
+        module = self._module_state(state)
         if self._behaviour_params.maxlen == 1:
             return module
         # A copy, so that a learner donating its state cannot free the params kept here.
         self._behaviour_params.append(jax.tree.map(jax.numpy.copy, module.params))
         return module.replace(params=self._behaviour_params[0])
 
-    def step(self, env_config: EnvConfig | None = None) -> dict[str, float]:
-        """One iteration: collect experience (with the params of ``policy_lag`` updates ago,
-        for an on-policy algorithm that has one), update, log.
+    def iterate(
+        self,
+        state: LearnerState,
+        counters: TrainerCounters,
+        env_config: EnvConfig | None = None,
+    ) -> tuple[LearnerState, Iteration]:
+        """Collects one rollout (with the params of ``policy_lag`` updates ago, for an
+        on-policy algorithm that has one) and learns from it.
 
         Args:
+          state: the learner state.
+          counters: the run's counters (the episodes are counted here).
           env_config: the training envs' config from this step on (a mapping, or a
-            schedule ``config(counters)``; ``None``: :meth:`run`'s schedule, else as it
-            is). A config that differs rebuilds the sub-environments with it (gymnasium
-            envs take their settings when made) and resets them, so the episodes in
-            flight end uncounted; nothing recompiles, and the spaces must stay the same.
-
-        Returns:
-          A flat dict of ``iteration``, ``env_steps`` (lifetime), ``episodes``,
-          ``episode_return_mean`` / ``_min`` / ``_max`` and
-          ``episode_len_mean`` over the last 100 episodes, ``num_episodes``
-          (this iteration), ``env_steps_per_s``, ``time_this_iter_s``,
-          ``time_total_s``, and the learner's metrics flattened
-          (``"default_policy/total_loss"``, ``"__all__/num_grad_steps"``, ...), and
-          :func:`~jaxlearner.training.memory_stats.memory_stats` (``"memory/..."``).
+            schedule ``config(counters)``; ``None``: as it is). A config that differs
+            rebuilds the sub-environments with it (gymnasium envs take their settings when
+            made) and resets them, so the episodes in flight end uncounted; nothing
+            recompiles, and the spaces must stay the same.
 
         Raises:
           TypeError: for an ``env_config`` that is neither a mapping nor a callable.
           ValueError: when the reconfigured envs' spaces differ from the learner's.
         """
-        watch = Stopwatch()
-        self._reconfigure(self._schedules[0] if env_config is None else env_config)
+        self._reconfigure(env_config, counters)
         self._key, sample_key, update_key = _split_in_three(self._key)
-        module = self._behaviour_module()
-        rollout = self._runner.sample(
-            self._algorithm.explore, module, self._rollout_steps, sample_key
+        module = self._behaviour_module(state)
+        rollout = self.runner.sample(
+            self.algorithm.explore, module, self._rollout_steps, sample_key
         )
-        before = self.counters.env_steps
+        before = counters.env_steps
         if self._feed.updates(before, rollout.env_steps):
             self._wait_for_compile_ahead()
-        self._state, metrics = self._feed.learn(
-            self._state, module, rollout.experience(), rollout.env_steps, before, update_key
+        state, metrics = self._feed.learn(
+            state, module, rollout.experience(), rollout.env_steps, before, update_key
         )
         learner_metrics = flatten_metrics(jax.device_get(metrics)) if metrics else {}
-        elapsed, compiling = watch.read()
-        counters = self.counters
-        counters.count(rollout, elapsed)
-        episodes = {
+        counters.count(rollout)
+        counts = {
             "episodes": float(counters.episodes),
             "num_episodes": float(len(rollout.episode_returns)),
         }
         stats = {
-            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, episodes, compiling),
             **episode_stats(counters),
             **learner_metrics,
             **memory_stats(self._feed.buffer),
-            **runner_metrics(self._runner),
+            **runner_metrics(self.runner),
         }
-        self._book.record(stats)
-        return stats
+        return state, Iteration(rollout.env_steps, counts, stats)
 
-    def _reconfigure(self, env_config: EnvConfig | None) -> None:
+    def _reconfigure(self, env_config: EnvConfig | None, counters: TrainerCounters) -> None:
         """Rebuilds the training envs when ``env_config`` (resolved) differs from theirs."""
         if env_config is None:
             return
-        config = dict(resolve_env_config(env_config, self.counters))
+        config = dict(resolve_env_config(env_config, counters))
         if config == self._env_config:
             return
-        seed = self._seed + 20_000 + self.counters.iteration
-        if not isinstance(self._runner, EnvRunner):  # Ray runners: new actors, same pool
+        seed = self._seed + 20_000 + counters.iteration
+        if not isinstance(self.runner, EnvRunner):  # Ray runners: new actors, same pool
             try:
-                self._runner.rebuild(config, seed)  # type: ignore[attr-defined]
-                self._check_spaces(self._runner)
+                self.runner.rebuild(config, seed)  # type: ignore[attr-defined]
+                self._check_spaces(self.runner)
             except Exception:  # the envs' own error, or other spaces: the old envs again
-                self._runner.rebuild(self._env_config, seed)  # type: ignore[attr-defined]
+                self.runner.rebuild(self._env_config, seed)  # type: ignore[attr-defined]
                 raise
             self._env_config = config
             return
-        runner = self._make_runner(self._runner.num_envs, config, seed)
-        runner.share_compiled(self._runner)
-        self._runner.close()
-        self._runner, self._env_config = runner, config
+        runner = self._make_runner(self.runner.num_envs, config, seed)
+        runner.share_compiled(self.runner)
+        self.runner.close()
+        self.runner, self._env_config = runner, config
 
-    def run(
-        self,
-        stop_conditions: StopCondition | Sequence[StopCondition] = (),
-        steps_per_eval: int | None = None,
-        max_iterations: int | None = None,
-        on_iteration: Callable[[dict[str, float]], None] | None = None,
-        evaluate_at_end: bool = False,
-        eval_every_iterations: int | None = None,
-        env_config: EnvConfig | None = None,
-        eval_env_config: EnvConfig | None = None,
-    ) -> list[dict[str, float]]:
-        """Steps until a stop condition holds; see
-        :func:`~jaxlearner.training.run_book.trainer_run` for the arguments they share.
+    def run_options(
+        self, env_config: EnvConfig | None = None, eval_env_config: EnvConfig | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``run``'s ``env_config`` (the training envs' config for each step: a mapping, or
+        a schedule ``config(counters)`` read before each step, domain randomization over the
+        run) and ``eval_env_config`` (the evaluation envs', default the training envs').
 
-        Args:
-          env_config: the training envs' config for each step (a mapping, or a schedule
-            ``config(counters)`` read before each step: domain randomization over the run);
-            a new config rebuilds the envs at that step (see :meth:`step`).
-          eval_env_config: the evaluation envs' config (default: the training envs').
-
-        Example:
-          >>> gravity = lambda counters: {"g": 9.0 + counters.iteration % 3}  # doctest: +SKIP
-          >>> trainer.run([jl.MaxEnvSteps(50_000)], env_config=gravity)       # doctest: +SKIP
+        Raises:
+          TypeError: for a config that is neither a mapping nor a callable.
         """
         for name, value in (("env_config", env_config), ("eval_env_config", eval_env_config)):
             check_env_config(name, value)
-        self._schedules = (env_config, eval_env_config)
-        try:
-            return run_book.trainer_run(
-                self,
-                stop_conditions,
-                steps_per_eval,
-                max_iterations,
-                on_iteration,
-                evaluate_at_end,
-                eval_every_iterations,
-            )
-        finally:
-            self._schedules = (None, None)
+        step = {} if env_config is None else {"env_config": env_config}
+        evaluation = {} if eval_env_config is None else {"env_config": eval_env_config}
+        return step, evaluation
 
-    def eval(
+    def evaluate(
         self,
-        env_config: Mapping[str, Any] | None = None,
+        state: LearnerState,
+        counters: TrainerCounters,
+        env_config: EnvConfig | None = None,
         deterministic: bool = True,
         episodes: int | None = None,
     ) -> dict[str, float]:
-        """Runs one whole episode in each of ``episodes`` separate evaluation envs.
+        """Runs one whole episode in each of ``episodes`` separate evaluation envs, reset
+        with ``seed + 10_000 + iteration`` (fresh episodes each time, never the training
+        envs' seeds).
 
         Args:
+          state: the learner state.
+          counters: the run's counters.
           env_config: keyword arguments for the evaluation envs, or a schedule
-            ``config(counters)`` (default: :meth:`run`'s ``eval_env_config``, else the
-            training envs' config).
+            ``config(counters)`` (default: the training envs' config).
           deterministic: act with the deterministic policy (else explore).
           episodes: evaluation episodes (default ``eval_episodes``).
 
         Returns:
           ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
         """
-        start = time.perf_counter()
         count = self._eval_episodes if episodes is None else episodes
-        env_config = self._schedules[1] if env_config is None else env_config
         check_env_config("env_config", env_config)
         config = (
             self._env_config
             if env_config is None
-            else dict(resolve_env_config(env_config, self.counters))
+            else dict(resolve_env_config(env_config, counters))
         )
         cache_key = repr((sorted(config.items()), count))
         if cache_key not in self._eval_runners:
@@ -399,60 +415,32 @@ class Trainer:
             self._eval_runners[cache_key] = EnvRunner(
                 self._env, num_envs=count, vectorization=self._vectorization, env_config=config
             )
-        policy = self._algorithm.exploit if deterministic else self._algorithm.explore
+        policy = self.algorithm.exploit if deterministic else self.algorithm.explore
         self._key, eval_key = jax.random.split(self._key)
         runner = self._eval_runners[cache_key]
-        module = self._module_state()
-        return self._book.evaluate(runner, policy, module, eval_key, self._seed, start)
+        module = self._module_state(state)
+        return evaluate(
+            runner, policy, module, eval_key, seed=self._seed + 10_000 + counters.iteration
+        )
 
-    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
-        """Saves everything needed to continue exactly: learner state, counters, env
-        state, the trainer's key, the replay buffer, the lagged behaviour params
-        and :attr:`history` (which stop conditions such as ``Plateau`` read).
-
-        Args:
-          checkpoint: the manager to save with.
-          metrics: metrics to rank the step by (default: the last iteration's stats).
-
-        Returns:
-          The step saved (the iteration count).
-
-        Example:
-          >>> ckpt = jl.CheckpointManager("runs/ppo")                   # doctest: +SKIP
-          >>> trainer.save(ckpt)                                         # doctest: +SKIP
-        """
+    def saved(self, state: LearnerState) -> Saved:
+        """The learner state; the env state, the replay buffer's JSON; the key, the buffer and
+        the lagged behaviour params as arrays."""
         feed_extra, feed_arrays = self._feed.save()
         arrays = {"key": jax.random.key_data(self._key), **feed_arrays}
         if self._behaviour_params:
             arrays["behaviour_params"] = list(self._behaviour_params)
-        extra = {"runner": self._runner.get_state(), **feed_extra}
-        return self._book.save(checkpoint, self._state, self.learner, extra, arrays, metrics)
+        extra = {"runner": self.runner.get_state(), **feed_extra}
+        return Saved(state, extra, arrays)
 
-    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
-        """Continues from a step saved by :meth:`save` (default: the latest).
-
-        The learner state, counters, history, trainer key, replay buffer and
-        the environments' state come back, so the next iterations (and when
-        :meth:`run`'s stop conditions hold) equal those of an uninterrupted
-        run (for environments whose state the runner can capture; see
-        :meth:`~jaxlearner.training.env_runner.EnvRunner.get_state`).
-
-        Raises:
-          ValueError: when the step was not saved by a trainer.
-        """
-        restored = self._book.restore(checkpoint, self.learner, step)
-        self._state = restored.state
-        restore_runner(self._runner, restored.extra["runner"])
-        self._key = jax.random.wrap_key_data(jax.numpy.asarray(restored.arrays["key"]))
-        self._feed.restore(restored.extra, restored.arrays)
+    def restored(self, state: LearnerState, run: RestoredRun) -> LearnerState:
+        """Takes back the envs' state, the key, the replay buffer and the behaviour params."""
+        restore_runner(self.runner, run.extra["runner"])
+        self._key = jax.random.wrap_key_data(jax.numpy.asarray(run.arrays["key"]))
+        self._feed.restore(run.extra, run.arrays)
         self._behaviour_params.clear()
-        self._behaviour_params.extend(restored.arrays.get("behaviour_params", []))
-
-    @property
-    def env_steps_per_iteration(self) -> int:
-        """Env steps one :meth:`step` collects: the rollout length times the envs (a run
-        with ``MaxEnvSteps(n)`` ends at the first multiple of it at or past ``n``)."""
-        return self._rollout_steps * self._runner.num_envs
+        self._behaviour_params.extend(run.arrays.get("behaviour_params", []))
+        return run.state
 
     def _wait_for_compile_ahead(self) -> None:
         """Waits for the first update's compilation on its thread, if it is still running."""
@@ -461,12 +449,11 @@ class Trainer:
             self._ahead = None
 
     def close(self) -> None:
-        """Closes the environments and the writers."""
+        """Closes the environments (after the compile-ahead thread, if it still runs)."""
         self._wait_for_compile_ahead()
-        self._runner.close()
+        self.runner.close()
         for runner in self._eval_runners.values():
             runner.close()
-        self._book.close()
 
 
 @jax.jit

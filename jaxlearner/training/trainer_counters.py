@@ -47,14 +47,12 @@ class TrainerCounters:
     recent_returns: list[float] = dataclasses.field(default_factory=list)
     recent_lengths: list[int] = dataclasses.field(default_factory=list)
 
-    def count(self, rollout: Rollout, seconds: float) -> None:
-        """Counts one iteration's rollout, which took ``seconds`` with its update."""
-        self.iteration += 1
-        self.env_steps += rollout.env_steps
+    def count(self, rollout: Rollout) -> None:
+        """Counts the episodes one iteration's rollout ended (the driver counts the
+        iteration, its env steps and its seconds)."""
         self.episodes += len(rollout.episode_returns)
         self.recent_returns = (self.recent_returns + rollout.episode_returns)[-RECENT_EPISODES:]
         self.recent_lengths = (self.recent_lengths + rollout.episode_lengths)[-RECENT_EPISODES:]
-        self.time_total_s += seconds
 
 
 def episode_stats(counters: TrainerCounters) -> dict[str, float]:

@@ -4,6 +4,6 @@
 :mod:`~.prioritized_replay` (proportional, Schaul et al. 2016) hold transitions on the
 device; :mod:`~.off_policy` turns rollouts into (n-step) transitions, decides how many
 updates are due, and samples and updates in one compiled loop, for the
-:class:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin` alike, and builds DQN's and
+:func:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin` alike, and builds DQN's and
 SAC's algorithm; :mod:`~.off_policy_config` checks the config fields they share.
 """

@@ -29,7 +29,7 @@ average over ``mask``. The :class:`~jaxlearner.training.env_runner.EnvRunner`'s 
 environments autoreset in the same step, so there all rows are valid.
 
 Training from the buffer is written once, here, for the
-:class:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin.train` alike:
+:func:`~jaxlearner.Trainer` and :mod:`jaxlearner.anakin.train` alike:
 :func:`replay_init` decides the buffer's kind (uniform, or prioritized when the
 algorithm has ``prioritized_replay``) and :func:`replay_add` and
 :func:`replay_from_arrays` follow it; :func:`make_replay_updates` is the

@@ -1,6 +1,6 @@
 """How many replay updates an iteration runs: RLlib's training intensity as a count.
 
-:func:`updates_due` is the rule the :class:`~jaxlearner.Trainer`'s replay feed follows
+:func:`updates_due` is the rule the :func:`~jaxlearner.Trainer`'s replay feed follows
 (none before ``learning_starts`` env steps, then ``updates_per_step`` per env step
 collected, the fractions carried over); :func:`warmup_iterations` and
 :func:`updates_per_iteration` are the same rule for a fixed number of env steps per

@@ -35,16 +35,14 @@ class MultiAgentCounters:
     recent_returns: list[dict[str, float]] = dataclasses.field(default_factory=list)
     recent_lengths: list[int] = dataclasses.field(default_factory=list)
 
-    def count(self, rollout: MultiAgentRollout, seconds: float) -> None:
-        """Counts one iteration's rollout, which took ``seconds`` with its update."""
-        self.iteration += 1
-        self.env_steps += rollout.env_steps
+    def count(self, rollout: MultiAgentRollout) -> None:
+        """Counts one iteration's agent steps and the episodes it ended (the driver counts
+        the iteration, its env steps and its seconds)."""
         for policy_id, steps in rollout.agent_steps.items():
             self.agent_steps[policy_id] = self.agent_steps.get(policy_id, 0) + steps
         self.episodes += len(rollout.episode_returns)
         self.recent_returns = (self.recent_returns + rollout.episode_returns)[-RECENT_EPISODES:]
         self.recent_lengths = (self.recent_lengths + rollout.episode_lengths)[-RECENT_EPISODES:]
-        self.time_total_s += seconds
 
 
 def episode_stats(

@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, final
 
@@ -55,8 +54,15 @@ from jaxlearner.core.learner import Learner
 from jaxlearner.core.metrics import ALL_MODULES
 from jaxlearner.core.registry import learner_from_recipe
 from jaxlearner.core.state import LearnerState
-from jaxlearner.training import run_book
-from jaxlearner.training.compile_clock import Stopwatch
+from jaxlearner.training.driver import (
+    EVAL_EPISODES,
+    Driver,
+    Iteration,
+    RestoredRun,
+    Saved,
+    check_eval_episodes,
+    no_run_options,
+)
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 from jaxlearner.training.multi_agent.policy_mapping import (
     PolicyMapping,
@@ -71,16 +77,44 @@ from jaxlearner.training.outputs.run_config import describe_env, run_config
 
 __all__ = [
     "MultiAgentCounters",
+    "MultiAgentEngine",
     "MultiAgentTrainer",
     "PolicyMapping",
     "agent_groups",
+    "load_policy",
     "policy_spaces",
 ]
 
 
-@final
-class MultiAgentTrainer:
+def MultiAgentTrainer(
+    learner: Learner,
+    env: ParallelEnvFactory,
+    policy_mapping_fn: PolicyMapping,
+    *,
+    policies_to_train: Collection[str] | None = None,
+    num_envs: int = 4,
+    env_config: Mapping[str, Any] | None = None,
+    eval_episodes: int = EVAL_EPISODES,
+    seed: int = 0,
+    writers: Sequence[Writer] = (),
+    state: LearnerState | None = None,
+    progress: bool | None = None,
+) -> Driver[MultiAgentEngine]:
     """Trains the PPO policies of a multi-agent learner on a PettingZoo parallel env.
+
+    Returns a :class:`~jaxlearner.training.driver.Driver` over a :class:`MultiAgentEngine`
+    (``trainer.engine``: its ``groups``, ``policies_to_train``, ``algorithms`` and
+    ``runner``). A step collects experience with every policy and updates the trained ones;
+    its row holds ``iteration``, ``env_steps``, ``agent_steps``, ``episodes``,
+    ``num_episodes`` (this iteration), ``env_steps_per_s``, ``time_this_iter_s``,
+    ``time_compile_s``, ``time_total_s``; over the last 100 episodes
+    ``episode_return_mean`` / ``_min`` / ``_max`` (an episode's return is the sum of its
+    agents' returns, as in RLlib), ``episode_len_mean``,
+    ``agent_episode_return_mean/<agent_id>`` and ``module_episode_return_mean/<policy_id>``
+    (the mean over its agents); and the learner's metrics per policy
+    (``"<policy_id>/total_loss"``, ``"<policy_id>/entropy"``, ...,
+    ``"__all__/num_grad_steps"``). ``trainer.eval(deterministic=..., episodes=...)`` also
+    reports ``agent_return_mean/<agent_id>``; :func:`load_policy` puts a saved policy in.
 
     Args:
       learner: a learner from :func:`~jaxlearner.algorithms.multi_agent_ppo`.
@@ -92,11 +126,15 @@ class MultiAgentTrainer:
         learner is rebuilt to train just these.
       num_envs: env copies stepped together.
       env_config: keyword arguments for the env factory.
-      eval_episodes: episodes per :meth:`eval` (one per evaluation copy).
+      eval_episodes: episodes per evaluation (one per evaluation copy).
       seed: seeds the learner's init, the envs and the trainer's key.
       writers: metric writers (console, JSON lines, TensorBoard, MLflow).
       state: a learner state to start from instead of ``learner.init``.
-      progress: show a progress bar in :meth:`run`; ``None`` shows one on a terminal.
+      progress: show a progress bar in ``run``; ``None`` shows one on a terminal.
+
+    Returns:
+      The trainer, a :class:`~jaxlearner.training.driver.Driver` over a
+      :class:`MultiAgentEngine`.
 
     Raises:
       KeyError, ValueError: before anything compiles, for an agent the env
@@ -110,6 +148,51 @@ class MultiAgentTrainer:
       ...                             lambda agent: "shared", num_envs=8)  # doctest: +SKIP
       >>> history = trainer.run(max_iterations=50)                        # doctest: +SKIP
     """
+    if not isinstance(learner, Learner):
+        raise TypeError(
+            "MultiAgentTrainer needs a jl.Learner from jl.algorithms.multi_agent_ppo; got "
+            f"{type(learner).__name__}."
+        )
+    init_key, key = jax.random.split(jax.random.key(seed))
+    engine = MultiAgentEngine(
+        learner,
+        env,
+        policy_mapping_fn,
+        policies_to_train=policies_to_train,
+        num_envs=num_envs,
+        env_config=env_config,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        key=key,
+    )
+    learner = engine.learner
+    start = learner.init(init_key) if state is None else learner.placement.put(state)
+    config = run_config(
+        learner, env=describe_env(env), num_envs=num_envs, seed=seed, eval_episodes=eval_episodes
+    )
+    counters = MultiAgentCounters()
+    return Driver(engine, start, counters, writers=writers, progress=progress, config=config)
+
+
+@final
+class MultiAgentEngine:
+    """A :func:`MultiAgentTrainer`'s engine: the env copies, every policy's act and
+    postprocess, one joint update.
+
+    Made by :func:`MultiAgentTrainer`, whose arguments it takes (less the driver's
+    ``writers``, ``progress`` and ``state``), with its own ``key``.
+
+    Attributes:
+      learner: the learner being trained (training ``policies_to_train``).
+      groups: ``{policy_id: [agent_id, ...]}``, the agents each policy acts for.
+      policies_to_train: the policies that get gradient steps.
+      algorithms: each mapped policy's act and postprocess functions.
+      runner: the runner stepping the ``num_envs`` training env copies.
+      env_steps_per_iteration: the rollout length times the copies.
+    """
+
+    owner = "MultiAgentTrainer"
+    counters_key = "multi_agent_trainer"
 
     def __init__(
         self,
@@ -117,22 +200,15 @@ class MultiAgentTrainer:
         env: ParallelEnvFactory,
         policy_mapping_fn: PolicyMapping,
         *,
-        policies_to_train: Collection[str] | None = None,
-        num_envs: int = 4,
-        env_config: Mapping[str, Any] | None = None,
-        eval_episodes: int = run_book.EVAL_EPISODES,
-        seed: int = 0,
-        writers: Sequence[Writer] = (),
-        state: LearnerState | None = None,
-        progress: bool | None = None,
+        policies_to_train: Collection[str] | None,
+        num_envs: int,
+        env_config: Mapping[str, Any] | None,
+        eval_episodes: int,
+        seed: int,
+        key: jax.Array,
     ) -> None:
-        if not isinstance(learner, Learner):
-            raise TypeError(
-                "MultiAgentTrainer needs a jl.Learner from jl.algorithms.multi_agent_ppo; got "
-                f"{type(learner).__name__}."
-            )
         policies = policies_of(learner)
-        run_book.check_eval_episodes(eval_episodes)
+        check_eval_episodes(eval_episodes)
         probe = make_parallel_envs(env, 1, env_config)[0]
         try:
             groups = agent_groups(probe.possible_agents, policy_mapping_fn, learner.module_ids)
@@ -147,141 +223,80 @@ class MultiAgentTrainer:
                     f"policies_to_train names {unused}, to which no agent maps; the mapped "
                     f"policies are {sorted(groups)}."
                 )
-        self._trained = tuple(m for m in groups if m in learner.modules_to_train)
-        if not self._trained:
+        trained = tuple(m for m in groups if m in learner.modules_to_train)
+        if not trained:
             raise ValueError(
                 f"No policy to train: the learner trains {sorted(learner.modules_to_train)} and "
                 f"the agents map to {sorted(groups)}."
             )
-        self._learner = learner
-        self._groups = groups
-        self._algorithms = {m: a for m, a in algorithms_for(learner).items() if m in groups}
-        any_algorithm = next(iter(self._algorithms.values()))
+        self.learner: Learner = learner
+        self.policies_to_train = trained
+        self.groups = {m: list(agents) for m, agents in groups.items()}
+        self.algorithms = {m: a for m, a in algorithms_for(learner).items() if m in groups}
+        any_algorithm = next(iter(self.algorithms.values()))
         self._rollout_steps = any_algorithm.rollout_steps(num_envs)
-        _check_minibatches(learner, groups, self._trained, self._rollout_steps * num_envs)
+        self.env_steps_per_iteration = self._rollout_steps * num_envs
+        _check_minibatches(learner, groups, trained, self.env_steps_per_iteration)
         self._env, self._env_config = env, dict(env_config or {})
-        self._runner = MultiAgentEnvRunner(
+        self.runner = MultiAgentEnvRunner(
             env, groups, num_envs=num_envs, env_config=env_config, seed=seed
         )
-        self._explore = _joint_policy({m: a.explore for m, a in self._algorithms.items()})
-        self._exploit = _joint_policy({m: a.exploit for m, a in self._algorithms.items()})
-        self._postprocess = jax.jit(_joint_postprocess(self._algorithms, self._trained))
+        self._explore = _joint_policy({m: a.explore for m, a in self.algorithms.items()})
+        self._exploit = _joint_policy({m: a.exploit for m, a in self.algorithms.items()})
+        self._postprocess = jax.jit(_joint_postprocess(self.algorithms, trained))
         self._eval_runners: dict[int, MultiAgentEnvRunner] = {}
         self._eval_episodes = eval_episodes
         self._seed = seed
-        init_key, self._key = jax.random.split(jax.random.key(seed))
-        self._state = learner.init(init_key) if state is None else learner.placement.put(state)
-        self._book = run_book.RunBook(
-            MultiAgentCounters(),
-            owner="MultiAgentTrainer",
-            counters_key="multi_agent_trainer",
-            writers=writers,
-            progress=progress,
-            config=run_config(
-                learner,
-                env=describe_env(env),
-                num_envs=num_envs,
-                seed=seed,
-                eval_episodes=eval_episodes,
-            ),
-        )
+        self._key = key
 
-    @property
-    def learner(self) -> Learner:
-        """The learner being trained (training ``policies_to_train``)."""
-        return self._learner
+    def _modules(self, state: LearnerState) -> dict[str, Any]:
+        modules = self.learner.placement.get(state).modules
+        return {m: modules[m] for m in self.groups}
 
-    state = run_book.trainer_state
-
-    @property
-    def groups(self) -> dict[str, list[str]]:
-        """``{policy_id: [agent_id, ...]}``: the agents each policy acts for."""
-        return {m: list(agents) for m, agents in self._groups.items()}
-
-    @property
-    def policies_to_train(self) -> tuple[str, ...]:
-        """The policies that get gradient steps."""
-        return self._trained
-
-    @property
-    def algorithms(self) -> dict[str, OnPolicyAlgorithm]:
-        """Each mapped policy's act and postprocess functions."""
-        return dict(self._algorithms)
-
-    @property
-    def runner(self) -> MultiAgentEnvRunner:
-        """The runner stepping the ``num_envs`` training env copies."""
-        return self._runner
-
-    counters = run_book.book_attribute(
-        "counters",
-        """The run's progress, with ``agent_steps`` per policy and each recent episode's
-        returns per agent (:class:`MultiAgentCounters`).""",
-    )
-
-    history = run_book.book_attribute(
-        "history",
-        """Each iteration's stats, per policy and per agent, with the evaluations of
-        :meth:`run` joined; saved with checkpoints.""",
-    )
-
-    request_stop = run_book.trainer_request_stop
-    stop_requested = run_book.trainer_stop_requested
-
-    def _modules(self) -> dict[str, Any]:
-        modules = self._learner.placement.get(self._state).modules
-        return {m: modules[m] for m in self._groups}
-
-    def step(self) -> dict[str, float]:
-        """One iteration: collect experience with every policy, update the trained ones, log.
-
-        Returns:
-          A flat dict of ``iteration``, ``env_steps``, ``agent_steps``,
-          ``episodes``, ``num_episodes`` (this iteration), ``env_steps_per_s``,
-          ``time_this_iter_s``, ``time_total_s``; over the last 100 episodes
-          ``episode_return_mean`` / ``_min`` / ``_max`` (an episode's return
-          is the sum of its agents' returns, as in RLlib), ``episode_len_mean``,
-          ``agent_episode_return_mean/<agent_id>`` and
-          ``module_episode_return_mean/<policy_id>`` (the mean over its
-          agents); and the learner's metrics per policy
-          (``"<policy_id>/total_loss"``, ``"<policy_id>/entropy"``, ...,
-          ``"__all__/num_grad_steps"``).
-        """
-        watch = Stopwatch()
+    def iterate(
+        self, state: LearnerState, counters: MultiAgentCounters
+    ) -> tuple[LearnerState, Iteration]:
+        """Collects experience with every policy and updates the trained ones."""
         self._key, sample_key = jax.random.split(self._key)
-        modules = self._modules()
-        rollout = self._runner.sample(self._explore, modules, self._rollout_steps, sample_key)
-        experiences = {m: rollout.experience[m] for m in self._trained}
+        modules = self._modules(state)
+        rollout = self.runner.sample(self._explore, modules, self._rollout_steps, sample_key)
+        experiences = {m: rollout.experience[m] for m in self.policies_to_train}
         # Each trained policy's batch folded into its observers' state, before postprocessing.
-        self._state = self._learner.observe(self._state, experiences)
-        modules = self._modules()
-        trained = {m: modules[m] for m in self._trained}
+        state = self.learner.observe(state, experiences)
+        modules = self._modules(state)
+        trained = {m: modules[m] for m in self.policies_to_train}
         batches = self._postprocess(trained, experiences)
         # Each policy counts its agent steps; "__all__" the iteration's env steps, as RLlib's.
-        env_steps = {m: rollout.agent_steps[m] for m in self._trained}
+        env_steps = {m: rollout.agent_steps[m] for m in self.policies_to_train}
         env_steps[ALL_MODULES] = rollout.env_steps
-        self._state, metrics = self._learner.update(self._state, batches, env_steps=env_steps)
+        state, metrics = self.learner.update(state, batches, env_steps=env_steps)
         learner_metrics = flatten_metrics(jax.device_get(metrics))
-        elapsed, compiling = watch.read()
-        counters = self.counters
-        counters.count(rollout, elapsed)
+        counters.count(rollout)
         counts = {
             "agent_steps": float(sum(counters.agent_steps.values())),
             "episodes": float(counters.episodes),
             "num_episodes": float(len(rollout.episode_returns)),
         }
-        stats = {
-            **run_book.iteration_stats(counters, rollout.env_steps, elapsed, counts, compiling),
-            **episode_stats(counters, self._groups),
-            **learner_metrics,
-        }
-        self._book.record(stats)
-        return stats
+        stats = {**episode_stats(counters, self.groups), **learner_metrics}
+        return state, Iteration(rollout.env_steps, counts, stats)
 
-    def eval(self, deterministic: bool = True, episodes: int | None = None) -> dict[str, float]:
-        """Runs one whole episode in each of ``episodes`` separate evaluation copies.
+    def run_options(self, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """None: ``run`` takes no options of its own here."""
+        return no_run_options(self.owner, options)
+
+    def evaluate(
+        self,
+        state: LearnerState,
+        counters: MultiAgentCounters,
+        deterministic: bool = True,
+        episodes: int | None = None,
+    ) -> dict[str, float]:
+        """Runs one whole episode in each of ``episodes`` separate evaluation copies, reset
+        with ``seed + 10_000 + iteration``.
 
         Args:
+          state: the learner state.
+          counters: the run's counters.
           deterministic: act with every policy's deterministic action (else sample).
           episodes: evaluation episodes (default ``eval_episodes``).
 
@@ -289,16 +304,15 @@ class MultiAgentTrainer:
           ``return_mean`` / ``_min`` / ``_max`` (sums over agents),
           ``length_mean``, ``episodes`` and ``agent_return_mean/<agent_id>``.
         """
-        start = time.perf_counter()
         count = self._eval_episodes if episodes is None else episodes
         if count not in self._eval_runners:
             self._eval_runners[count] = MultiAgentEnvRunner(
-                self._env, self._groups, num_envs=count, env_config=self._env_config
+                self._env, self.groups, num_envs=count, env_config=self._env_config
             )
         runner = self._eval_runners[count]
-        runner.reset(self._seed + 10_000 + self.counters.iteration)
+        runner.reset(self._seed + 10_000 + counters.iteration)
         policy = self._exploit if deterministic else self._explore
-        modules = self._modules()
+        modules = self._modules(state)
         results: dict[int, tuple[dict[str, float], int]] = {}
         while len(results) < count:
             self._key, eval_key = jax.random.split(self._key)
@@ -315,100 +329,84 @@ class MultiAgentTrainer:
             "length_mean": float(np.mean([length for _, length in results.values()])),
             "episodes": float(len(totals)),
         }
-        for agent in (a for agents in self._groups.values() for a in agents):
+        for agent in (a for agents in self.groups.values() for a in agents):
             values = [returns[agent] for returns, _ in results.values() if agent in returns]
             if values:
                 stats[f"agent_return_mean/{agent}"] = float(np.mean(values))
-        self.counters.time_total_s += time.perf_counter() - start
-        self._book.write_evaluation(stats)
         return stats
 
-    run = run_book.trainer_run
+    def saved(self, state: LearnerState) -> Saved:
+        """The learner state (every policy's module), the envs' state, the groups and the key."""
+        extra = {"runner": self.runner.get_state(), "groups": self.groups}
+        return Saved(state, extra, {"key": jax.random.key_data(self._key)})
 
-    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
-        """Saves the learner state (every policy's module), counters, history, key and envs.
-
-        Returns:
-          The step saved (the iteration count).
-
-        Example:
-          >>> trainer.save(jl.CheckpointManager("runs/spread"))          # doctest: +SKIP
-        """
-        extra = {"runner": self._runner.get_state(), "groups": self.groups}
-        arrays = {"key": jax.random.key_data(self._key)}
-        return self._book.save(checkpoint, self._state, self._learner, extra, arrays, metrics)
-
-    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
-        """Continues from a step saved by :meth:`save` (default: the latest).
-
-        The learner state, counters, history, trainer key and the envs'
-        state come back, so the following iterations equal those of an
-        uninterrupted run.
-
-        Raises:
-          ValueError: when the step was not saved by a multi-agent trainer, or
-            its policies' modules differ from this learner's (see
-            :meth:`~jaxlearner.CheckpointManager.restore`).
-        """
-        restored = self._book.restore(checkpoint, self._learner, step)
-        self._state = restored.state
-        self._runner.set_state(restored.extra["runner"])
-        self._key = jax.random.wrap_key_data(jax.numpy.asarray(restored.arrays["key"]))
-
-    def load_policy(
-        self,
-        checkpoint: CheckpointManager,
-        policy_id: str,
-        *,
-        step: int | None = None,
-        into: str | None = None,
-    ) -> None:
-        """Replaces one policy's module state by one saved in a checkpoint.
-
-        The checkpoint may come from another learner (other policies, another
-        mapping): it is restored into a learner rebuilt from its own recipe,
-        and policy ``policy_id``'s module state (params, optimizer state,
-        counters) is put in place of policy ``into`` (default: the same id)
-        of this trainer's state. E.g. to start a run from a policy trained
-        elsewhere, or to freeze an earlier copy of a policy as an opponent.
-
-        Raises:
-          KeyError: when the checkpoint has no policy ``policy_id`` or this
-            learner no policy ``into`` (the valid ids are listed).
-          ValueError: when the two modules' structures, shapes or dtypes differ.
-
-        Example:
-          >>> trainer.load_policy(jl.CheckpointManager("runs/selfplay"), "main",
-          ...                     into="opponent")                      # doctest: +SKIP
-        """
-        into = policy_id if into is None else into
-        if into not in self._learner.module_ids:
-            raise KeyError(
-                f"This learner has no policy {into!r}; policies: {list(self._learner.module_ids)}."
-            )
-        metadata = checkpoint.metadata(step)
-        if policy_id not in metadata["modules"]:
-            raise KeyError(
-                f"The checkpoint has no policy {policy_id!r}; policies: "
-                f"{list(metadata['modules'])}."
-            )
-        saved_learner = learner_from_recipe(metadata["recipe"])
-        saved = checkpoint.restore(saved_learner, metadata["step"]).modules[policy_id]
-        state = self._learner.placement.get(self._state)
-        if _signature(saved) != _signature(state.modules[into]):
-            raise ValueError(
-                f"The saved policy {policy_id!r} does not fit policy {into!r} of this learner: "
-                "their models or optimizers differ (tree structure, shapes or dtypes)."
-            )
-        state = state.replace(modules={**state.modules, into: saved})
-        self._state = self._learner.placement.put(state)
+    def restored(self, state: LearnerState, run: RestoredRun) -> LearnerState:
+        """Takes back the envs' state and the key."""
+        self.runner.set_state(run.extra["runner"])
+        self._key = jax.random.wrap_key_data(jax.numpy.asarray(run.arrays["key"]))
+        return run.state
 
     def close(self) -> None:
-        """Closes the environments and the writers."""
-        self._runner.close()
+        """Closes the environments."""
+        self.runner.close()
         for runner in self._eval_runners.values():
             runner.close()
-        self._book.close()
+
+
+def load_policy(
+    trainer: Driver[MultiAgentEngine],
+    checkpoint: CheckpointManager,
+    policy_id: str,
+    *,
+    step: int | None = None,
+    into: str | None = None,
+) -> None:
+    """Replaces one policy's module state in ``trainer.state`` by one saved in a checkpoint.
+
+    The checkpoint may come from another learner (other policies, another
+    mapping): it is restored into a learner rebuilt from its own recipe,
+    and policy ``policy_id``'s module state (params, optimizer state,
+    counters) is put in place of policy ``into`` (default: the same id)
+    of the trainer's state. E.g. to start a run from a policy trained
+    elsewhere, or to freeze an earlier copy of a policy as an opponent.
+
+    Args:
+      trainer: a :func:`MultiAgentTrainer`.
+      checkpoint: the checkpoint to read the policy from.
+      policy_id: the policy's id in the checkpoint.
+      step: the step (default: the latest).
+      into: the policy of ``trainer`` to replace (default: ``policy_id``).
+
+    Raises:
+      KeyError: when the checkpoint has no policy ``policy_id`` or this
+        learner no policy ``into`` (the valid ids are listed).
+      ValueError: when the two modules' structures, shapes or dtypes differ.
+
+    Example:
+      >>> load_policy(trainer, jl.CheckpointManager("runs/selfplay"), "main",
+      ...             into="opponent")                                 # doctest: +SKIP
+    """
+    learner = trainer.learner
+    into = policy_id if into is None else into
+    if into not in learner.module_ids:
+        raise KeyError(
+            f"This learner has no policy {into!r}; policies: {list(learner.module_ids)}."
+        )
+    metadata = checkpoint.metadata(step)
+    if policy_id not in metadata["modules"]:
+        raise KeyError(
+            f"The checkpoint has no policy {policy_id!r}; policies: {list(metadata['modules'])}."
+        )
+    saved_learner = learner_from_recipe(metadata["recipe"])
+    saved = checkpoint.restore(saved_learner, metadata["step"]).modules[policy_id]
+    state = learner.placement.get(trainer.state)
+    if _signature(saved) != _signature(state.modules[into]):
+        raise ValueError(
+            f"The saved policy {policy_id!r} does not fit policy {into!r} of this learner: "
+            "their models or optimizers differ (tree structure, shapes or dtypes)."
+        )
+    state = state.replace(modules={**state.modules, into: saved})
+    trainer.state = learner.placement.put(state)
 
 
 def _signature(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:

@@ -1,15 +1,14 @@
-"""OfflineTrainer: step / eval / run of an offline algorithm (BC, MARWIL) on a recorded dataset.
+"""OfflineTrainer: an offline algorithm (BC, MARWIL) on a recorded dataset, as a
+:class:`~jaxlearner.training.driver.Driver` over an :class:`OfflineEngine`.
 
-The offline counterpart of :class:`~jaxlearner.Trainer`, with the same
-surface (``step``, ``eval``, ``run``, ``save``, ``restore``, ``history``,
-``counters``), so stop conditions, writers and the command line work alike.
-The dataset's steps become the algorithm's rows once, on the device; each
-:meth:`OfflineTrainer.step` runs one compiled loop of gradient updates on
-batches drawn from them (:func:`~jaxlearner.algorithms.offline.make_offline_updates`);
-:meth:`OfflineTrainer.eval` plays whole episodes in the environment with the
-deterministic policy. ``env_steps`` counts the dataset rows trained on (as
-RLlib counts rows read from a dataset), so ``MaxEnvSteps`` and
-``steps_per_eval`` are in rows.
+The offline counterpart of :func:`~jaxlearner.Trainer`: the same driver (``step``,
+``eval``, ``run``, ``save``, ``restore``, ``history``, ``counters``), so stop conditions,
+writers and the command line work alike. The dataset's steps become the algorithm's rows
+once, on the device; each step runs one compiled loop of gradient updates on batches
+drawn from them (:func:`~jaxlearner.algorithms.offline.make_offline_updates`); each
+evaluation plays whole episodes in the environment with the deterministic policy.
+``env_steps`` counts the dataset rows trained on (as RLlib counts rows read from a
+dataset), so ``MaxEnvSteps`` and ``steps_per_eval`` are in rows.
 
 Everything is checked before anything compiles: the algorithm's kind, the
 dataset's spaces against the learner's and the environment's, and one batch of
@@ -28,7 +27,6 @@ Example:
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, final
@@ -39,23 +37,49 @@ import numpy as np
 from jaxlearner.algorithms import algorithm_for
 from jaxlearner.algorithms.algorithm import OfflineAlgorithm
 from jaxlearner.algorithms.offline import fit_batch, make_offline_updates, updates_per_iteration
-from jaxlearner.checkpoint.manager import CheckpointManager
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.placement import DevicesLike
 from jaxlearner.core.state import LearnerState
 from jaxlearner.errors import SmallDatasetWarning
-from jaxlearner.training import run_book
-from jaxlearner.training.compile_clock import Stopwatch
-from jaxlearner.training.env_runner import EnvLike, EnvRunner
+from jaxlearner.training.driver import (
+    EVAL_EPISODES,
+    Driver,
+    Iteration,
+    RestoredRun,
+    Saved,
+    check_eval_episodes,
+    no_run_options,
+)
+from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
 from jaxlearner.training.offline.datasets import Dataset, check_dataset_spaces, load_dataset
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.outputs.run_config import describe_env, run_config
-from jaxlearner.training.trainer import TrainerCounters
+from jaxlearner.training.trainer_counters import TrainerCounters
 
 
-@final
-class OfflineTrainer:
+def OfflineTrainer(
+    learner: Learner | OfflineAlgorithm,
+    dataset: Dataset | str | os.PathLike[str],
+    env: EnvLike | None = None,
+    *,
+    env_config: Mapping[str, Any] | None = None,
+    eval_episodes: int = EVAL_EPISODES,
+    seed: int = 0,
+    devices: DevicesLike = None,
+    writers: Sequence[Writer] = (),
+    progress: bool | None = None,
+    state: LearnerState | None = None,
+) -> Driver[OfflineEngine]:
     """Trains an offline algorithm on a dataset; evaluates it in a gymnasium environment.
+
+    Returns a :class:`~jaxlearner.training.driver.Driver` over an :class:`OfflineEngine`
+    (``trainer.engine``: its ``algorithm``, ``dataset`` and ``rows_per_iteration``). A step
+    is ``OfflineEngine.rows_per_iteration`` rows in gradient updates of one batch each;
+    its row holds ``iteration``, ``env_steps`` (rows trained on, lifetime),
+    ``env_steps_per_s`` (rows per second), ``time_this_iter_s``, ``time_compile_s``,
+    ``time_total_s`` and the learner's metrics of the last update, flattened. No episodes
+    are played in training, so the episode counters stay empty.
+    ``trainer.eval(deterministic=...)`` plays one whole episode in each evaluation env.
 
     Args:
       learner: a learner from ``jl.algorithms.bc/marwil(...)`` (its algorithm
@@ -64,12 +88,16 @@ class OfflineTrainer:
       env: the evaluation environment (an id, an env factory, ...); default: the
         dataset's ``env``.
       env_config: keyword arguments for ``gymnasium.make`` or the factory.
-      eval_episodes: episodes per :meth:`eval` (one per evaluation env).
+      eval_episodes: episodes per evaluation (one per evaluation env).
       seed: seeds the learner's init, the batches drawn and the evaluations.
-      devices: as for :class:`~jaxlearner.Trainer`.
+      devices: as for :func:`~jaxlearner.Trainer`.
       writers: metric writers.
       progress: show a progress bar; ``None`` shows one on a terminal.
       state: a learner state to start from instead of ``learner.init``.
+
+    Returns:
+      The trainer, a :class:`~jaxlearner.training.driver.Driver` over an
+      :class:`OfflineEngine`.
 
     Raises:
       TypeError: for an algorithm that is not offline.
@@ -79,8 +107,8 @@ class OfflineTrainer:
     Warns:
       SmallDatasetWarning: when the dataset holds fewer rows than
         ``train_batch_size``: each update then trains on every row
-        (:func:`~jaxlearner.algorithms.offline.fit_batch`), and :attr:`algorithm`
-        says how many.
+        (:func:`~jaxlearner.algorithms.offline.fit_batch`), and the engine's
+        ``algorithm`` says how many.
 
     Example:
       >>> dataset = jl.load_dataset("data/cartpole")                      # doctest: +SKIP
@@ -88,20 +116,59 @@ class OfflineTrainer:
       >>> trainer = jl.OfflineTrainer(learner, dataset, eval_episodes=5)   # doctest: +SKIP
       >>> trainer.step()["default_policy/policy_loss"]                     # doctest: +SKIP
     """
+    engine = OfflineEngine(
+        learner,
+        dataset,
+        env,
+        env_config=env_config,
+        eval_episodes=eval_episodes,
+        seed=seed,
+        devices=devices,
+    )
+    start = engine.initial_state(state)
+    config = run_config(
+        engine.learner,
+        env=describe_env(engine.env),
+        seed=seed,
+        eval_episodes=eval_episodes,
+        dataset_rows=engine.dataset.num_steps,
+        train_batch_size=engine.algorithm.train_batch_size,
+    )
+    counters = TrainerCounters()
+    return Driver(engine, start, counters, writers=writers, progress=progress, config=config)
+
+
+@final
+class OfflineEngine:
+    """An :func:`OfflineTrainer`'s engine: the dataset's rows on the device, one compiled
+    loop of updates per iteration, an evaluation env runner.
+
+    Made by :func:`OfflineTrainer`, whose arguments it takes (less the driver's
+    ``writers``, ``progress`` and ``state``); everything is checked before anything
+    compiles.
+
+    Attributes:
+      algorithm: the algorithm (its ``train_batch_size`` fitted to a small dataset).
+      learner: the learner being trained, the algorithm's.
+      dataset: the dataset trained on.
+      env: the evaluation environment.
+      rows_per_iteration: rows trained on per step: updates times ``train_batch_size``
+        (also ``env_steps_per_iteration``: rows count as env steps).
+    """
+
+    owner = "OfflineTrainer"
+    counters_key = "trainer"
 
     def __init__(
         self,
         learner: Learner | OfflineAlgorithm,
         dataset: Dataset | str | os.PathLike[str],
-        env: EnvLike | None = None,
+        env: EnvLike | None,
         *,
-        env_config: Mapping[str, Any] | None = None,
-        eval_episodes: int = run_book.EVAL_EPISODES,
-        seed: int = 0,
-        devices: DevicesLike = None,
-        writers: Sequence[Writer] = (),
-        progress: bool | None = None,
-        state: LearnerState | None = None,
+        env_config: Mapping[str, Any] | None,
+        eval_episodes: int,
+        seed: int,
+        devices: DevicesLike,
     ) -> None:
         algorithm = learner if isinstance(learner, OfflineAlgorithm) else None
         if algorithm is None and isinstance(learner, Learner):
@@ -115,170 +182,120 @@ class OfflineTrainer:
             )
         if devices is not None:
             algorithm = algorithm.with_learner(algorithm.learner.on(devices))
-        self._algorithm = algorithm
-        run_book.check_eval_episodes(eval_episodes)
-        self._dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
-        recipe = self.learner.recipe or {}
+        check_eval_episodes(eval_episodes)
+        self.dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+        recipe = algorithm.learner.recipe or {}
         check_dataset_spaces(
-            self._dataset,
+            self.dataset,
             recipe.get("observation_space"),
             recipe.get("action_space"),
             against="the learner",
         )
-        env = self._dataset.env if env is None else env
+        env = self.dataset.env if env is None else env
         if env is None:
             raise ValueError(
                 "The dataset names no environment to evaluate in; pass env= (a gymnasium id or "
                 "an env factory)."
             )
+        self.env = env
         self._eval_runner = EnvRunner(env, num_envs=eval_episodes, env_config=env_config)
         check_dataset_spaces(
-            self._dataset, self._eval_runner.observation_space, self._eval_runner.action_space
+            self.dataset, self._eval_runner.observation_space, self._eval_runner.action_space
         )
-        algorithm = self._algorithm = _fit_batch(algorithm, self._dataset.num_steps)
-        self._updates_count = updates_per_iteration(algorithm, self._dataset.num_steps)
+        algorithm = self.algorithm = _fit_batch(algorithm, self.dataset.num_steps)
+        self.learner: Learner = algorithm.learner
+        updates = updates_per_iteration(algorithm, self.dataset.num_steps)
+        self.rows_per_iteration = self.env_steps_per_iteration = (
+            updates * algorithm.train_batch_size
+        )
         self._seed = seed
-        init_key, self._key = jax.random.split(jax.random.key(seed))
-        if state is None:
-            # A state of its own sees the whole dataset once, as one environment's stream.
-            state = self.learner.init(init_key)
-            experience = _as_experience(self._dataset.columns)
-            self._state = self.learner.observe(state, {algorithm.module_id: experience})
-        else:
-            self._state = self.learner.placement.put(state)
-        rows = jax.jit(algorithm.rows)(self._dataset.columns)
-        first = jax.tree.map(lambda column: column[: algorithm.train_batch_size], rows)
-        self.learner.validate(self._state, {algorithm.module_id: first})
-        self._rows = self.learner.placement.put(rows)
+        self._init_key, self._key = jax.random.split(jax.random.key(seed))
         self._updates = jax.jit(
-            make_offline_updates(algorithm, self._dataset.num_steps), donate_argnums=0
+            make_offline_updates(algorithm, self.dataset.num_steps), donate_argnums=0
         )
-        config = run_config(
-            self.learner,
-            env=describe_env(env),
-            seed=seed,
-            eval_episodes=eval_episodes,
-            dataset_rows=self._dataset.num_steps,
-            train_batch_size=algorithm.train_batch_size,
-        )
-        self._book = run_book.RunBook(
-            TrainerCounters(),
-            owner="OfflineTrainer",
-            writers=writers,
-            progress=progress,
-            config=config,
-        )
+        self._rows: Any = None
 
-    algorithm = run_book.trainer_algorithm
-    learner = run_book.trainer_learner
+    def initial_state(self, state: LearnerState | None) -> LearnerState:
+        """The state to start from, and the rows on the device, checked against it.
 
-    @property
-    def dataset(self) -> Dataset:
-        """The dataset trained on."""
-        return self._dataset
-
-    state = run_book.trainer_state
-
-    @property
-    def rows_per_iteration(self) -> int:
-        """Rows trained on per :meth:`step`: updates times ``train_batch_size``."""
-        return self._updates_count * self._algorithm.train_batch_size
-
-    counters = run_book.book_attribute(
-        "counters",
-        """The run's progress (iterations, seconds and the dataset rows trained on, counted as
-        ``env_steps``); no episodes are played, so the episode counters stay empty.""",
-    )
-
-    history = run_book.book_attribute(
-        "history",
-        """Each iteration's stats with the evaluations of :meth:`run` joined (as
-        ``"eval/..."``); saved with checkpoints.""",
-    )
-
-    request_stop = run_book.trainer_request_stop
-    stop_requested = run_book.trainer_stop_requested
-
-    def step(self) -> dict[str, float]:
-        """One iteration: :attr:`rows_per_iteration` rows in gradient updates of one batch each.
-
-        Returns:
-          A flat dict of ``iteration``, ``env_steps`` (rows trained on, lifetime),
-          ``env_steps_per_s`` (rows per second), ``time_this_iter_s``, ``time_total_s`` and the
-          learner's metrics of the last update, flattened.
+        A state of its own (``state=None``) sees the whole dataset once, as one
+        environment's stream, in its observers.
         """
-        watch = Stopwatch()
-        self._key, update_key = jax.random.split(self._key)
-        self._state, metrics = self._updates(self._state, self._rows, update_key)
-        learner_metrics = flatten_metrics(jax.device_get(metrics))
-        elapsed, compiling = watch.read()
-        counters = self.counters
-        counters.iteration += 1
-        counters.env_steps += self.rows_per_iteration
-        counters.time_total_s += elapsed
-        stats = {
-            **run_book.iteration_stats(counters, self.rows_per_iteration, elapsed, {}, compiling),
-            **learner_metrics,
-        }
-        self._book.record(stats)
-        return stats
+        algorithm, learner = self.algorithm, self.learner
+        if state is None:
+            state = learner.init(self._init_key)
+            experience = _as_experience(self.dataset.columns)
+            state = learner.observe(state, {algorithm.module_id: experience})
+        else:
+            state = learner.placement.put(state)
+        rows = jax.jit(algorithm.rows)(self.dataset.columns)
+        first = jax.tree.map(lambda column: column[: algorithm.train_batch_size], rows)
+        learner.validate(state, {algorithm.module_id: first})
+        self._rows = learner.placement.put(rows)
+        return state
 
-    def eval(self, deterministic: bool = True) -> dict[str, float]:
-        """One whole episode in each evaluation env, from a fresh reset.
+    def iterate(
+        self, state: LearnerState, counters: TrainerCounters
+    ) -> tuple[LearnerState, Iteration]:
+        """``rows_per_iteration`` rows in gradient updates of one batch each."""
+        self._key, update_key = jax.random.split(self._key)
+        state, metrics = self._updates(state, self._rows, update_key)
+        return state, Iteration(
+            self.rows_per_iteration, {}, flatten_metrics(jax.device_get(metrics))
+        )
+
+    def run_options(self, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """None: ``run`` takes no options of its own here."""
+        return no_run_options(self.owner, options)
+
+    def evaluate(
+        self, state: LearnerState, counters: TrainerCounters, deterministic: bool = True
+    ) -> dict[str, float]:
+        """One whole episode in each evaluation env, from a fresh reset (``seed + 10_000 +
+        iteration``).
 
         Returns:
           ``{"return_mean", "return_min", "return_max", "length_mean", "episodes"}``.
         """
-        start = time.perf_counter()
-        policy = self._algorithm.exploit if deterministic else self._algorithm.explore
+        policy = self.algorithm.exploit if deterministic else self.algorithm.explore
         self._key, eval_key = jax.random.split(self._key)
-        module = self.learner.placement.get(self._state).modules[self._algorithm.module_id]
-        return self._book.evaluate(self._eval_runner, policy, module, eval_key, self._seed, start)
+        module = self.learner.placement.get(state).modules[self.algorithm.module_id]
+        seed = self._seed + 10_000 + counters.iteration
+        return evaluate(self._eval_runner, policy, module, eval_key, seed=seed)
 
-    run = run_book.trainer_run
-
-    def save(self, checkpoint: CheckpointManager, metrics: Mapping[str, Any] | None = None) -> int:
-        """Saves the learner state, counters, history, key and seed; returns the step (the
-        iteration).
-
-        The dataset is not copied: the checkpoint records its size and source.
-        """
+    def saved(self, state: LearnerState) -> Saved:
+        """The learner state, the key, and the seed and the dataset's size and source (the
+        dataset is not copied)."""
         extra = {
             "seed": self._seed,
             "dataset": {
-                "num_steps": self._dataset.num_steps,
-                "num_episodes": self._dataset.num_episodes,
-                "env": self._dataset.env,
-                "source": dict(self._dataset.source),
+                "num_steps": self.dataset.num_steps,
+                "num_episodes": self.dataset.num_episodes,
+                "env": self.dataset.env,
+                "source": dict(self.dataset.source),
             },
         }
-        arrays = {"key": jax.random.key_data(self._key)}
-        return self._book.save(checkpoint, self._state, self.learner, extra, arrays, metrics)
+        return Saved(state, extra, {"key": jax.random.key_data(self._key)})
 
-    def restore(self, checkpoint: CheckpointManager, step: int | None = None) -> None:
-        """Continues from a step saved by :meth:`save` (default: the latest).
+    def restored(self, state: LearnerState, run: RestoredRun) -> LearnerState:
+        """Takes back the key and the seed (evaluations reset from it).
 
         Raises:
-          ValueError: when the step holds no offline trainer's state, or was
-            trained on a dataset of another size.
+          ValueError: for a step trained on a dataset of another size, naming both sizes.
         """
-        restored = self._book.restore(checkpoint, self.learner, step, self._check_dataset)
-        self._state = restored.state
-        self._key = jax.random.wrap_key_data(np.asarray(restored.arrays["key"]))
-        self._seed = int(restored.extra.get("seed", self._seed))  # evaluations reset from it
-
-    def _check_dataset(self, extra: Mapping[str, Any]) -> None:
-        saved_rows = extra.get("dataset", {}).get("num_steps")
-        if saved_rows is not None and saved_rows != self._dataset.num_steps:
+        saved_rows = run.extra.get("dataset", {}).get("num_steps")
+        if saved_rows is not None and saved_rows != self.dataset.num_steps:
             raise ValueError(
                 f"The checkpoint was trained on a dataset of {saved_rows} steps; this one holds "
-                f"{self._dataset.num_steps}. Resume with the same dataset."
+                f"{self.dataset.num_steps}. Resume with the same dataset."
             )
+        self._key = jax.random.wrap_key_data(np.asarray(run.arrays["key"]))
+        self._seed = int(run.extra.get("seed", self._seed))
+        return run.state
 
     def close(self) -> None:
-        """Closes the evaluation environments and the writers."""
+        """Closes the evaluation environments."""
         self._eval_runner.close()
-        self._book.close()
 
 
 def _fit_batch(algorithm: OfflineAlgorithm, num_rows: int) -> OfflineAlgorithm:
