@@ -124,3 +124,30 @@ def test_recurrent_ppo_takes_ortho_init():
 def test_ortho_init_must_be_a_bool(value):
     with pytest.raises(TypeError, match=r"PPOConfig.ortho_init must be True or False; got"):
         jl.algorithms.PPOConfig(ortho_init=value)
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_dqn_takes_ortho_init_as_sb3s_dqn_keeps_pytorchs(dueling):
+    # SB3's DQN keeps PyTorch's nn.Linear init; ortho_init=False draws it in every layer, with
+    # the same param tree as the orthogonal default.
+    env = gymnasium.make("CartPole-v1")
+    config = {"hidden_sizes": (64, 64), "dueling": dueling}
+    modules = [
+        jl.algorithms.dqn(env.observation_space, env.action_space, {**config, "ortho_init": value})
+        .init(jax.random.key(0))
+        .modules["default_policy"]
+        .params
+        for value in (True, False)
+    ]
+    assert jax.tree.structure(modules[0]) == jax.tree.structure(modules[1])
+    ortho, torch = _leaves(modules[0]), _leaves(modules[1])
+    assert len(torch) >= 6
+    for name, x in torch.items():
+        if name.endswith("['kernel']"):
+            fan_in = x.shape[0]
+            bias = torch[name.replace("['kernel']", "['bias']")]
+            assert float(jnp.max(jnp.abs(x))) <= 1 / math.sqrt(fan_in), name
+            assert float(jnp.max(jnp.abs(bias))) > 0, name  # drawn, not zeros
+            assert not np.any(np.asarray(ortho[name.replace("['kernel']", "['bias']")])), name
+    with pytest.raises(TypeError, match="ortho_init"):
+        jl.algorithms.dqn(env.observation_space, env.action_space, {"ortho_init": "no"})

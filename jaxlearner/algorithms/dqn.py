@@ -27,6 +27,8 @@ field                                         default         meaning (RLlib's n
 ``head_hidden_sizes``                         ()              ``head_fcnet_hiddens``: hidden
                                                               layers of each (dueling) head
 ``activation``                                "relu"          ``fcnet_activation``
+``ortho_init``                                True            orthogonal init; False: PyTorch's
+                                                              default (SB3's DQN)
 ``epsilon``                                   ((0, 1.0),      epsilon-greedy: a piecewise schedule
                                               (10000, 0.05))  over env steps, or a constant
 ``td_error_loss_fn``                          "huber"         or "mse"
@@ -111,6 +113,7 @@ import jax.numpy as jnp
 from jaxlearner.algorithms.algorithm import MODULE_ID, ActFn, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
+    check_bool,
     check_choice,
     check_conv_config,
     check_layers,
@@ -162,6 +165,7 @@ class DQNConfig:
     hidden_sizes: tuple[int, ...] = (256, 256)
     head_hidden_sizes: tuple[int, ...] = ()
     activation: str = "relu"
+    ortho_init: bool = True
     epsilon: ScheduleLike = ((0, 1.0), (10_000, 0.05))
     td_error_loss_fn: str = "huber"
     grad_clip: float | None = 40.0
@@ -185,6 +189,7 @@ class DQNConfig:
         check_learning_rates(owner, lr=self.lr)
         check_positive(owner, adam_epsilon=self.adam_epsilon)
         check_positive_int(owner, target_network_update_freq=self.target_network_update_freq)
+        check_bool(owner, ortho_init=self.ortho_init)
         check_layers(owner, head_hidden_sizes=self.head_hidden_sizes)
         check_conv_config(self)
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
@@ -309,6 +314,7 @@ def make_learner(
         config.head_hidden_sizes,
         config.conv_padding,
         config.conv_filters,
+        config.ortho_init,
     )
     spec = _module_spec(model, observation_space, config)
     layout = replay_layout(observation_space, (), jnp.int32, config.prioritized_replay)

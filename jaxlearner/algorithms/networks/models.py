@@ -219,6 +219,7 @@ def q_network(
     head_hidden_sizes: Sequence[int] = (),
     conv_padding: str = "same",
     conv_filters: ConvFilters | None = None,
+    ortho_init: bool = True,
 ) -> QNetwork:
     """DQN's :class:`QNetwork` for two gymnasium spaces.
 
@@ -231,6 +232,8 @@ def q_network(
       head_hidden_sizes: hidden layers of each head or dueling stream.
       conv_padding: the CNN's padding for images (see :func:`encoder_for`).
       conv_filters: the CNN's layers for images (see :func:`encoder_for`).
+      ortho_init: orthogonal layers (gain ``sqrt(2)`` hidden, 1 output), or PyTorch's default
+        (SB3's DQN keeps it; :func:`dense`).
 
     Returns:
       ``obs [..., *obs_shape] -> q [..., n]``.
@@ -252,11 +255,14 @@ def q_network(
         observation_space,
         hidden_sizes,
         activation,
+        ortho_init,
         conv_padding=conv_padding,
         conv_filters=conv_filters,
     )
     head = MLP(head_hidden_sizes, activation)  # checks the sizes now, not when traced
-    return QNetwork(encoder, int(action_space.n), dueling, head.hidden_sizes, activation)
+    return QNetwork(
+        encoder, int(action_space.n), dueling, head.hidden_sizes, activation, ortho_init
+    )
 
 
 class StateActionValue(nn.Module):
