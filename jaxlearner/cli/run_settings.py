@@ -37,7 +37,7 @@ from jaxlearner.cli.run_folder import (
 )
 from jaxlearner.training.atari import is_atari, make_env, register_ale
 from jaxlearner.training.driver import EVAL_EPISODES
-from jaxlearner.training.env_runners import ASYNCHRONOUS_ALGORITHMS
+from jaxlearner.training.env_runners import runs_asynchronously
 from jaxlearner.training.offline.datasets import Dataset
 from jaxlearner.training.offline.record import check_offline_dataset, read_dataset
 from jaxlearner.training.outputs.loggers import require_tensorboard
@@ -225,9 +225,11 @@ def _new_settings(options: TrainOptions) -> RunSettings:
         same_env = defaults is not None and env_id == defaults.env
         stop_reward = defaults.stop_reward if same_env else _reward_threshold(env_id)
     eval_every = options.eval_every or (row.eval_every if row else 10_000)
-    # The envs in one batch: synchronous Ray runners hand in theirs together.
+    # The envs in one batch: synchronous Ray runners hand in theirs together (the command
+    # line sets no EnvRunnersConfig.asynchronous, so the algorithm's default decides).
     runners = options.runners.env_runners
-    batch_envs = num_envs * runners if runners and name not in ASYNCHRONOUS_ALGORITHMS else num_envs
+    together = runners and not runs_asynchronously(name)
+    batch_envs = num_envs * runners if together else num_envs
     return RunSettings(
         algorithm=name,
         env=env_id,

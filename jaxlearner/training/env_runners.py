@@ -50,6 +50,22 @@ from jaxlearner.training.rollout import HOST_COLUMNS, Rollout
 ASYNCHRONOUS_ALGORITHMS: tuple[str, ...] = ("appo",)
 """The algorithms that learn from fragments of older params (V-trace corrects for the lag)."""
 
+
+def runs_asynchronously(algorithm: str, asynchronous: bool | None = None) -> bool:
+    """Whether Ray env runners sample asynchronously for ``algorithm``: ``asynchronous`` when
+    given (:attr:`EnvRunnersConfig.asynchronous`), else whether the algorithm learns from
+    older params (:data:`ASYNCHRONOUS_ALGORITHMS`). The one rule the trainer and the command
+    line's batch of envs both read.
+
+    Example:
+      >>> runs_asynchronously("appo"), runs_asynchronously("ppo")
+      (True, False)
+      >>> runs_asynchronously("appo", asynchronous=False)
+      False
+    """
+    return algorithm in ASYNCHRONOUS_ALGORITHMS if asynchronous is None else bool(asynchronous)
+
+
 RESTART_SEED_STRIDE = 1_000_003
 """A replacement runner's seed is its first one plus this times its restarts (a prime far
 from any ``runner * num_envs`` offset), so it never replays its predecessor's episodes."""

@@ -20,7 +20,11 @@ import numpy as np
 from jaxlearner.algorithms.algorithm import Algorithm, OnPolicyAlgorithm
 from jaxlearner.algorithms.trajectories.normalization import RETURN_MOMENTS
 from jaxlearner.training.env_runner import EnvRunner, Policy
-from jaxlearner.training.env_runners import ASYNCHRONOUS_ALGORITHMS, EnvRunnersConfig
+from jaxlearner.training.env_runners import (
+    ASYNCHRONOUS_ALGORITHMS,
+    EnvRunnersConfig,
+    runs_asynchronously,
+)
 from jaxlearner.training.rollout import Rollout
 from jaxlearner.training.vector_env import EnvLike
 
@@ -114,9 +118,7 @@ def is_asynchronous(algorithm: Algorithm, options: EnvRunnersConfig) -> bool:
         real).
     """
     name = algorithm.name
-    asynchronous = options.asynchronous
-    if asynchronous is None:
-        asynchronous = name in ASYNCHRONOUS_ALGORITHMS
+    asynchronous = runs_asynchronously(name, options.asynchronous)
     if asynchronous and name not in ASYNCHRONOUS_ALGORITHMS:
         raise ValueError(
             f"{name} cannot learn from asynchronous env runners (its loss assumes the "
@@ -129,7 +131,7 @@ def is_asynchronous(algorithm: Algorithm, options: EnvRunnersConfig) -> bool:
             "asynchronous env runners have a real lag (reported as env_runners/policy_lag). "
             "Set policy_lag=0, or EnvRunnersConfig(asynchronous=False) to keep the simulated lag."
         )
-    return bool(asynchronous)
+    return asynchronous
 
 
 def runner_metrics(runner: TrainingRunner) -> dict[str, float]:
