@@ -54,6 +54,7 @@ from jaxlearner.training.env_state import (
     encode_array,
     restore_layers,
 )
+from jaxlearner.training.evaluation import EVAL_BLOCK, episode_results, first_episodes
 from jaxlearner.training.rollout import HOST_COLUMNS, Rollout, stack_steps
 from jaxlearner.training.vector_env import EnvLike, make_vector_env
 from jaxlearner.types import Params
@@ -448,42 +449,22 @@ def evaluate(
     runner._obs, runner._resetting = obs, resetting
     runner._returns[:] = 0.0
     runner._lengths[:] = 0
-    return {
-        "return_mean": float(returns.mean()),
-        "return_min": float(returns.min()),
-        "return_max": float(returns.max()),
-        "length_mean": float(lengths.mean()),
-        "episodes": float(count),
-    }
+    return episode_results(returns, lengths)
 
 
 def _evaluate_by_rollouts(
     runner: EnvRunner, policy: RecurrentAct, params: Params, key: jax.Array, max_steps: int
 ) -> dict[str, float]:
-    """The first episode of every sub-environment by rollouts of 32 steps (with the carry
+    """The first episode of every sub-environment by rollouts (with the carry
     :meth:`EnvRunner.sample` keeps, for a recurrent policy)."""
-    returns: dict[int, float] = {}
-    lengths: dict[int, int] = {}
-    steps = 0
-    while len(returns) < runner.num_envs:
-        if steps >= max_steps:
-            raise RuntimeError(
-                f"{runner.num_envs - len(returns)} evaluation episode(s) did not finish within "
-                f"{max_steps} steps."
-            )
+
+    def sample() -> Rollout:
+        nonlocal key
         key, sample_key = jax.random.split(key)
-        rollout = runner.sample(policy, params, 32, sample_key)
-        steps += 32
-        for env, episode_return, length in zip(
-            rollout.episode_envs, rollout.episode_returns, rollout.episode_lengths, strict=True
-        ):
-            returns.setdefault(env, episode_return)
-            lengths.setdefault(env, length)
-    values = np.asarray(list(returns.values()))
-    return {
-        "return_mean": float(values.mean()),
-        "return_min": float(values.min()),
-        "return_max": float(values.max()),
-        "length_mean": float(np.mean(list(lengths.values()))),
-        "episodes": float(len(values)),
-    }
+        return runner.sample(policy, params, EVAL_BLOCK, sample_key)
+
+    episodes = first_episodes(sample, runner.num_envs, max_steps)
+    return episode_results(
+        [episode_return for episode_return, _ in episodes.values()],
+        [length for _, length in episodes.values()],
+    )

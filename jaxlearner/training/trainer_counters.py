@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,16 +56,26 @@ class TrainerCounters:
 
 
 def episode_stats(counters: TrainerCounters) -> dict[str, float]:
-    """``episode_return_mean`` / ``_min`` / ``_max`` and ``episode_len_mean`` over the last
-    episodes (none before the first episode ends)."""
-    if not counters.recent_returns:
+    """:func:`window_stats` of the counters' last episodes."""
+    return window_stats(counters.recent_returns, counters.recent_lengths)
+
+
+def window_stats(returns: Sequence[float], lengths: Sequence[int]) -> dict[str, float]:
+    """``episode_return_mean`` / ``_min`` / ``_max`` and ``episode_len_mean`` over a window of
+    recent episodes (none before the first episode ends): what every row reports of them.
+
+    Example:
+      >>> window_stats([1.0, 3.0], [10, 30])["episode_return_max"]
+      3.0
+    """
+    if not len(returns):
         return {}
-    returns = np.asarray(counters.recent_returns)
+    values = np.asarray(returns, np.float64)
     return {
-        "episode_return_mean": float(returns.mean()),
-        "episode_return_min": float(returns.min()),
-        "episode_return_max": float(returns.max()),
-        "episode_len_mean": float(np.mean(counters.recent_lengths)),
+        "episode_return_mean": float(values.mean()),
+        "episode_return_min": float(values.min()),
+        "episode_return_max": float(values.max()),
+        "episode_len_mean": float(np.mean(lengths)),
     }
 
 

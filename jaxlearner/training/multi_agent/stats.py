@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from jaxlearner.training.multi_agent.runner import MultiAgentRollout
+from jaxlearner.training.trainer_counters import window_stats
 
 RECENT_EPISODES = 100
 """Episodes in the moving window of the episode statistics (RLlib's default)."""
@@ -64,13 +65,8 @@ def episode_stats(
     """
     if not counters.recent_returns:
         return {}
-    totals = np.asarray([sum(returns.values()) for returns in counters.recent_returns])
-    stats = {
-        "episode_return_mean": float(totals.mean()),
-        "episode_return_min": float(totals.min()),
-        "episode_return_max": float(totals.max()),
-        "episode_len_mean": float(np.mean(counters.recent_lengths)),
-    }
+    totals = [sum(returns.values()) for returns in counters.recent_returns]
+    stats = window_stats(totals, counters.recent_lengths)
     for policy_id, agents in groups.items():
         module_values = []
         for agent in agents:

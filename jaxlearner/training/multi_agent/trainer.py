@@ -63,6 +63,7 @@ from jaxlearner.training.driver import (
     check_eval_episodes,
     no_run_options,
 )
+from jaxlearner.training.evaluation import EVAL_BLOCK, episode_results, first_episodes
 from jaxlearner.training.multi_agent.env import ParallelEnvFactory, make_parallel_envs
 from jaxlearner.training.multi_agent.policy_mapping import (
     PolicyMapping,
@@ -70,7 +71,11 @@ from jaxlearner.training.multi_agent.policy_mapping import (
     check_agent_spaces,
     policy_spaces,
 )
-from jaxlearner.training.multi_agent.runner import MultiAgentEnvRunner, MultiAgentPolicy
+from jaxlearner.training.multi_agent.runner import (
+    MultiAgentEnvRunner,
+    MultiAgentPolicy,
+    MultiAgentRollout,
+)
 from jaxlearner.training.multi_agent.stats import MultiAgentCounters, episode_stats
 from jaxlearner.training.outputs.loggers import Writer, flatten_metrics
 from jaxlearner.training.outputs.run_config import describe_env, run_config
@@ -313,24 +318,18 @@ class MultiAgentEngine:
         runner.reset(self._seed + 10_000 + counters.iteration)
         policy = self._exploit if deterministic else self._explore
         modules = self._modules(state)
-        results: dict[int, tuple[dict[str, float], int]] = {}
-        while len(results) < count:
+
+        def sample() -> MultiAgentRollout:
             self._key, eval_key = jax.random.split(self._key)
-            rollout = runner.sample(policy, modules, 32, eval_key)
-            for env, returns, length in zip(
-                rollout.episode_envs, rollout.episode_returns, rollout.episode_lengths, strict=True
-            ):
-                results.setdefault(env, (returns, length))
-        totals = np.asarray([sum(returns.values()) for returns, _ in results.values()])
-        stats = {
-            "return_mean": float(totals.mean()),
-            "return_min": float(totals.min()),
-            "return_max": float(totals.max()),
-            "length_mean": float(np.mean([length for _, length in results.values()])),
-            "episodes": float(len(totals)),
-        }
+            return runner.sample(policy, modules, EVAL_BLOCK, eval_key)
+
+        episodes = first_episodes(sample, count)
+        stats = episode_results(
+            [sum(returns.values()) for returns, _ in episodes.values()],
+            [length for _, length in episodes.values()],
+        )
         for agent in (a for agents in self.groups.values() for a in agents):
-            values = [returns[agent] for returns, _ in results.values() if agent in returns]
+            values = [returns[agent] for returns, _ in episodes.values() if agent in returns]
             if values:
                 stats[f"agent_return_mean/{agent}"] = float(np.mean(values))
         return stats
