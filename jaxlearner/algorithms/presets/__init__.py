@@ -91,10 +91,11 @@ batches before it; SB3's SAC clamps its log-std to ``[-20, 2]`` (ours squashes i
 ``SACConfig(log_std_bound="clip", log_std_range=(-20, 2))`` is SB3's); SB3's SAC networks use
 PyTorch's default initialisation (ours orthogonal; ``SACConfig(ortho_init=False)`` is SB3's).
 The SAC rows keep ours: with SB3's two on Hopper-v5 (50k env steps, seeds 0-2) the final
-returns were 287 / 318 / 280 against 359 / 272 / 272 (``benchmarks/README.md``). The DQN rows
-take SB3's DQN's PyTorch initialisation (``ortho_init=False``): on the CartPole row (50k env
-steps, seeds 0-2) the final returns were 500 / 112.9 / 500 with it, 450.7 / 132.5 / 16.4 with
-ours.
+returns were 287 / 318 / 280 against 359 / 272 / 272 (``benchmarks/README.md``). SB3's DQN
+networks use PyTorch's initialisation too (``DQNConfig(ortho_init=False)``); the DQN rows keep
+ours: with SB3's, by the preset matrix's command (seeds 0-2), CartPole ended 500 / 112.9 / 500
+(ours 450.7 / 132.5 / 16.4) but MountainCar -127.3 / -121.8 / -149.9 (ours -114.5 / -159.7 /
+-105.8) and Acrobot -86.9 / -93.9 (two seeds; ours -72.9 / -75.0 / -70.5).
 """
 
 from jaxlearner.algorithms.presets.preset import ORIGINS, Origin, Preset

@@ -223,13 +223,12 @@ def _nature_cnn(algorithm: str) -> dict[str, Any]:
     """SB3's ``CnnPolicy`` as our network fields: the Nature CNN (its ``NatureCNN``: valid
     convolutions, then 512 ReLU units), linear heads on it, and for PPO one encoder shared by
     the policy and the value (SB3's ``share_features_extractor``); DQN keeps each stacked frame
-    once in its buffer (SB3's ``optimize_memory_usage=False`` keeps it 8 times) and PyTorch's
-    default init, as SB3's DQN does."""
+    once in its buffer (SB3's ``optimize_memory_usage=False`` keeps it 8 times)."""
     fields: dict[str, Any] = {"hidden_sizes": (512,), "activation": "relu", "conv_padding": "valid"}
     if algorithm == "ppo":
         fields.update(vf_share_layers=True, ortho_init=True, log_std_init=0.0)
     if algorithm == "dqn":
-        fields.update(replay_frame_stack=4, ortho_init=False)  # SB3's DQN: PyTorch's init
+        fields["replay_frame_stack"] = 4
     return fields
 
 
@@ -367,8 +366,6 @@ def _network(policy: dict[str, Any], algorithm: str) -> dict[str, Any]:
             log_std_init=float(kwargs["log_std_init"]),
             ortho_init=bool(kwargs["ortho_init"]),
         )
-    if algorithm == "dqn":
-        fields["ortho_init"] = False  # SB3's DQN keeps PyTorch's default init, no option
     return fields
 
 
