@@ -45,7 +45,9 @@ ROWS: tuple[Preset, ...] = (
         },
         notes="Behind SB3 on this row (preset matrix, 3 seeds, 2026-12-02): final returns "
         "450.7 / 132.5 / 16.4 against 500 on each, ours still swinging between 500 and under "
-        "150 at 50k env steps; the row tuned here (dqn/CartPole-v1, jaxlearner) holds 500.",
+        "150 at 50k env steps; with SB3's PyTorch init (--config ortho_init=false) 500 / "
+        "112.9 / 500, still swinging; the row tuned here (dqn/CartPole-v1, jaxlearner) holds "
+        "500.",
     ),
     zoo_row(
         "dqn",
