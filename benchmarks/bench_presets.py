@@ -14,9 +14,9 @@ For each row and seed, one after the other (ours, peer, ours, peer, ...):
   ``--full-mujoco``, with ``--keep-schedules`` so that the schedules run as the peer's do),
   evaluating every ``eval_every`` env steps; then ``jaxlearner eval RUN --episodes 10 --seed
   S+10000`` on the last checkpoint (10 deterministic episodes, after the timed run);
-* the peer: ``peer_zoo.py`` in the peer virtualenv (SB3 PPO, SB3 DQN or sbx SAC with RL Zoo's
-  entry for the row; a row tuned here runs beside the zoo's entry it was tuned from), the same
-  budget, cadence and final evaluation, every evaluation from the same starts
+* the peer: ``peer_zoo.py`` in the peer virtualenv (SB3 PPO, SB3 DQN, sbx SAC or sbx TD3
+  with RL Zoo's entry for the row; a row tuned here runs beside the zoo's entry it was tuned
+  from), the same budget, cadence and final evaluation, every evaluation from the same starts
   (``--eval-seed S+10000``: episode ``i`` from ``reset(seed=S+10000+i)`` on both sides).
   A row with no zoo entry behind it (APPO's) has no peer and says so.
 
@@ -61,9 +61,9 @@ CLASSIC = (
     "LunarLander-v3",
 )
 """The classic-control (and Box2D) environments of the matrix, at their rows' full budgets."""
-MUJOCO_BUDGETS = {"ppo": 300_000, "sac": 50_000}
+MUJOCO_BUDGETS = {"ppo": 300_000, "sac": 50_000, "td3": 50_000}
 """The MuJoCo rows' reduced budgets (their full 1M-10M do not fit a sitting on two cores)."""
-ONLINE = ("ppo", "appo", "dqn", "sac")
+ONLINE = ("ppo", "appo", "dqn", "sac", "td3")
 EVAL_SEED_OFFSET = 10_000
 """Both sides' final evaluation of training seed S starts its episodes from ``S + 10_000 + i``."""
 

@@ -1,10 +1,10 @@
-"""One peer run with RL Zoo's settings: SB3 PPO, SB3 DQN or sbx SAC on a gymnasium task.
+"""One peer run with RL Zoo's settings: SB3 PPO, SB3 DQN, sbx SAC or sbx TD3 on a gymnasium task.
 
 Run (``bench_mujoco.py`` and ``bench_presets.py`` do, with a peer virtualenv's python, and time
-the whole process): ``python benchmarks/peer_zoo.py {ppo,dqn,sac} ENV_ID [--entry NAME]
+the whole process): ``python benchmarks/peer_zoo.py {ppo,dqn,sac,td3} ENV_ID [--entry NAME]
 --seed S --max-steps N --eval-every E --out RUN``. Needs torch (``pip install torch==2.13.0``,
 the CPU wheel, first), stable-baselines3, sbx-rl and rl_zoo3 in that virtualenv (rl_zoo3 only
-for its ``hyperparams/{ppo,dqn,sac}.yml``, read from its folder without importing it: ``pip
+for its ``hyperparams/{ppo,dqn,sac,td3}.yml``, read from its folder without importing it: ``pip
 install rl_zoo3 --no-deps`` is enough).
 
 ``--entry`` names the zoo's entry (default: the env id, with the zoo's ``-v4`` for a MuJoCo
@@ -13,8 +13,9 @@ install rl_zoo3 --no-deps`` is enough).
 together, as jaxlearner's) uses a copy of its observation statistics, frozen, and raw
 rewards. ``lin_X`` is ``X`` times SB3's remaining progress over the zoo's ``n_timesteps``
 (the schedule the zoo sets, even when fewer steps are run), and so is DQN's exploration.
-SB3 PPO and DQN are the libraries RL Zoo's PPO and DQN rows were tuned with; SAC runs on sbx
-(the same algorithm in JAX, several times faster on this CPU than SB3's).
+SB3 PPO and DQN are the libraries RL Zoo's PPO and DQN rows were tuned with; SAC and TD3 run
+on sbx (the same algorithms in JAX, several times faster on this CPU than SB3's), TD3 with the
+zoo's ``noise_type: normal`` as SB3's ``NormalActionNoise`` of std ``noise_std``.
 
 It writes ``RUN/run.json`` and ``RUN/metrics.jsonl`` in jaxlearner's run-folder format
 (training rows with ``episode_return_mean``, evaluation rows with ``eval/return_mean``),
@@ -57,13 +58,15 @@ def translate(algorithm: str, hyperparams: dict[str, Any]) -> tuple[dict, dict]:
         "n_timesteps": int(float(hyperparams.pop("n_timesteps"))),
         "normalize": hyperparams.pop("normalize", False),
         "policy": hyperparams.pop("policy", "MlpPolicy"),
+        "noise_type": hyperparams.pop("noise_type", None),
+        "noise_std": float(hyperparams.pop("noise_std", 0.0)),
     }
     for key, value in list(hyperparams.items()):
         if isinstance(value, str) and value.startswith("lin_"):
             initial = float(value[4:])
             hyperparams[key] = lambda remaining, initial=initial: remaining * initial
     if "policy_kwargs" in hyperparams:
-        if algorithm == "sac":  # sbx: flax activations
+        if algorithm in ("sac", "td3"):  # sbx: flax activations
             import flax.linen as nn
         else:
             nn = torch.nn
@@ -73,7 +76,7 @@ def translate(algorithm: str, hyperparams: dict[str, Any]) -> tuple[dict, dict]:
     return hyperparams, run
 
 
-PEERS = {"ppo": "sb3-ppo", "dqn": "sb3-dqn", "sac": "sbx-sac"}
+PEERS = {"ppo": "sb3-ppo", "dqn": "sb3-dqn", "sac": "sbx-sac", "td3": "sbx-td3"}
 """The library each algorithm's peer runs on."""
 
 
@@ -121,8 +124,10 @@ def main() -> None:
         from stable_baselines3 import PPO as Model
     elif args.algorithm == "dqn":
         from stable_baselines3 import DQN as Model
-    else:
+    elif args.algorithm == "sac":
         from sbx import SAC as Model
+    else:
+        from sbx import TD3 as Model
 
     zoo = zoo_hyperparams(args.algorithm, args.env_id, args.entry)
     hyperparams, run = translate(args.algorithm, zoo)
@@ -137,6 +142,14 @@ def main() -> None:
         options = run["normalize"] if isinstance(run["normalize"], dict) else {}
         env = VecNormalize(env, gamma=hyperparams.get("gamma", 0.99), **options)
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False, **options)
+    if run["noise_type"] is not None:  # as the zoo's ExperimentManager builds it
+        if run["noise_type"] != "normal":
+            raise SystemExit(f"peer_zoo.py: noise_type {run['noise_type']!r} is not handled")
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        size = env.action_space.shape[0]
+        sigma = run["noise_std"] * np.ones(size)
+        hyperparams["action_noise"] = NormalActionNoise(mean=np.zeros(size), sigma=sigma)
     model = Model(run["policy"], env, seed=args.seed, verbose=0, **hyperparams)
     final: dict[str, float] = {}
 

@@ -21,7 +21,13 @@ from jaxlearner.training.multi_agent.env import GridSpread
 from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, policy_spaces
 from jaxlearner.training.offline.datasets import record_episodes, save_dataset
 
-ONLINE = {"ppo": "CartPole-v1", "appo": "Acrobot-v1", "dqn": "CartPole-v1", "sac": "Pendulum-v1"}
+ONLINE = {
+    "ppo": "CartPole-v1",
+    "appo": "Acrobot-v1",
+    "dqn": "CartPole-v1",
+    "sac": "Pendulum-v1",
+    "td3": "Pendulum-v1",
+}
 OFFLINE = {"bc": "CartPole-v1", "marwil": "CartPole-v1"}
 
 

@@ -8,6 +8,7 @@ minibatch, the replay buffer and its warm-up), so that both iterations update. A
 environment needs an extra that is not installed is skipped, naming the extra.
 """
 
+import dataclasses
 import math
 
 import gymnasium
@@ -35,7 +36,10 @@ def quick_sizes(row, num_envs):
         return {"train_batch_size": steps, "minibatch_size": min(config["minibatch_size"], steps)}
     if row.algorithm == "appo":
         return {"train_batch_size": num_envs * config.get("rollout_fragment_length", 50)}
-    if row.algorithm in ("dqn", "sac"):
+    fields = {
+        field.name for field in dataclasses.fields(algorithm_recipe(row.algorithm).config_type)
+    }
+    if "replay_buffer_capacity" in fields:  # the off-policy algorithms' rows
         batch = min(config.get("train_batch_size", 32), 32)
         return {
             "num_steps_sampled_before_learning_starts": 0,

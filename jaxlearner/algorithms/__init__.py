@@ -62,6 +62,7 @@ from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
 from jaxlearner.algorithms.presets import Preset, preset, preset_names
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
+from jaxlearner.algorithms.td3 import TD3Config, td3, td3_loss
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.registry import learner_from_recipe
 
@@ -142,6 +143,7 @@ __all__ = [
     "PrioritizedReplay",
     "RecurrentAct",
     "SACConfig",
+    "TD3Config",
     "algorithm_for",
     "algorithm_names",
     "algorithm_recipe",
@@ -163,4 +165,6 @@ __all__ = [
     "register_algorithm",
     "sac",
     "sac_loss",
+    "td3",
+    "td3_loss",
 ]

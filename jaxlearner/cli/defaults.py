@@ -63,6 +63,8 @@ DEFAULTS: dict[str, Defaults] = {
     "dqn": Defaults("dqn", "CartPole-v1", stop_reward=400.0),
     # Pendulum-v1 has no reward_threshold in gymnasium.
     "sac": Defaults("sac", "Pendulum-v1", stop_reward=-250.0),
+    # The zoo's Pendulum row, at SAC's stop reward.
+    "td3": Defaults("td3", "Pendulum-v1", stop_reward=-250.0),
     "appo": Defaults("appo", "CartPole-v1", stop_reward=475.0),
     # Offline: the environment evaluates; "env steps" are dataset rows trained on.
     "bc": Defaults("bc", "CartPole-v1", stop_reward=475.0, offline=True),

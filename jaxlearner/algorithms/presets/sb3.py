@@ -1,6 +1,6 @@
 """RL Zoo's hyperparameters, in SB3's names and conventions, translated to jaxlearner's fields.
 
-:func:`zoo_row` takes one entry of ``rl_zoo3/hyperparams/{ppo,sac,dqn}.yml`` as the zoo
+:func:`zoo_row` takes one entry of ``rl_zoo3/hyperparams/{ppo,sac,dqn,td3}.yml`` as the zoo
 writes it (SB3's keyword names; ``policy_kwargs`` as a dict, ``activation_fn`` as a name
 such as ``"relu"``; entries merged from ``<<: *anchor`` written out) and returns a
 :class:`~jaxlearner.algorithms.presets.preset.Preset` whose config holds our fields. The
@@ -56,6 +56,24 @@ SAC_DEFAULTS: dict[str, Any] = {
 }
 """SB3 ``SAC``'s defaults; its ``MlpPolicy``: 256x256 ReLU actor and twin critics."""
 
+TD3_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 1e-3,
+    "buffer_size": 1_000_000,
+    "learning_starts": 100,
+    "batch_size": 256,
+    "tau": 0.005,
+    "gamma": 0.99,
+    "train_freq": 1,
+    "gradient_steps": 1,
+    "policy_delay": 2,
+    "target_policy_noise": 0.2,
+    "target_noise_clip": 0.5,
+    "noise_type": None,
+    "noise_std": 0.1,
+}
+"""SB3 ``TD3``'s defaults (no action noise unless the zoo's ``noise_type`` adds it); its
+``MlpPolicy``: 400x300 ReLU actor and twin critics."""
+
 DQN_DEFAULTS: dict[str, Any] = {
     "learning_rate": 1e-4,
     "buffer_size": 1_000_000,
@@ -99,6 +117,7 @@ POLICY_UNSUPPORTED: dict[str, dict[str, str]] = {
     "ppo": {"use_expln": "a gSDE setting"},
     "sac": {"use_expln": "a gSDE setting", "log_std_init": "SB3's SAC reads it only with gSDE"},
     "dqn": {},
+    "td3": {},
 }
 """``policy_kwargs`` keys left out of each algorithm's rows, and why."""
 
@@ -141,7 +160,7 @@ def zoo_row(
     """The :class:`Preset` for one RL Zoo entry, translated to our config fields.
 
     Args:
-      algorithm: ``"ppo"``, ``"sac"`` or ``"dqn"`` (the zoo file ``{algorithm}.yml``).
+      algorithm: ``"ppo"``, ``"sac"``, ``"dqn"`` or ``"td3"`` (the zoo file ``{algorithm}.yml``).
       env_id: gymnasium's id for the environment (``"HalfCheetah-v5"``).
       entry: the zoo file's entry (``"HalfCheetah-v4"``, or ``"default"``).
       hyperparams: the entry's keys and values as the zoo writes them.
@@ -176,7 +195,7 @@ def zoo_row(
     for key, why in POLICY_UNSUPPORTED[algorithm].items():
         if key in policy:
             added.append(f"policy_kwargs {key}={policy.pop(key)!r} left out: {why}.")
-    translate = {"ppo": _ppo, "sac": _sac, "dqn": _dqn}[algorithm]
+    translate = {"ppo": _ppo, "sac": _sac, "dqn": _dqn, "td3": _td3}[algorithm]
     source = f"rl_zoo3/hyperparams/{algorithm}.yml: {entry}"
     try:
         config = translate(values, budget, num_envs, added)
@@ -320,6 +339,35 @@ def _sac(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -
     }
 
 
+def _td3(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -> dict[str, Any]:
+    """TD3's fields: one learning rate for the actor and the critics, as SB3's; the zoo's
+    ``noise_type: normal`` is Gaussian exploration noise of std ``noise_std`` on the actions
+    scaled to ``[-1, 1]`` (SB3's ``NormalActionNoise`` on its scaled actions)."""
+    zoo = _take(values, TD3_DEFAULTS)
+    lr = schedule(zoo["learning_rate"], budget)
+    noise_type = zoo["noise_type"]
+    if noise_type not in (None, "normal"):
+        raise ValueError(
+            f"noise_type {noise_type!r} does not translate: TD3 here explores with Gaussian "
+            "noise (noise_type 'normal') or none."
+        )
+    return {
+        "actor_lr": lr,
+        "critic_lr": lr,
+        "gamma": float(zoo["gamma"]),
+        "tau": float(zoo["tau"]),
+        "policy_delay": int(zoo["policy_delay"]),
+        "target_noise": float(zoo["target_policy_noise"]),
+        "target_noise_clip": float(zoo["target_noise_clip"]),
+        "exploration_noise": float(zoo["noise_std"]) if noise_type == "normal" else 0.0,
+        **_replay(zoo, num_envs),
+        "n_step": 1,
+        "td_error_loss_fn": "mse",
+        "grad_clip": None,
+        "warmup_actions": "uniform",
+    }
+
+
 def _dqn(values: dict[str, Any], budget: int, num_envs: int, notes: list[str]) -> dict[str, Any]:
     """DQN's fields: SB3's DQN has neither double-Q nor dueling; epsilon falls linearly over
     ``exploration_fraction`` of the budget, then holds."""
@@ -349,6 +397,7 @@ def _network(policy: dict[str, Any], algorithm: str) -> dict[str, Any]:
         "ppo": {"net_arch": (64, 64), "activation_fn": "tanh", "log_std_init": 0.0},
         "sac": {"net_arch": (256, 256), "activation_fn": "relu"},
         "dqn": {"net_arch": (64, 64), "activation_fn": "relu"},
+        "td3": {"net_arch": (400, 300), "activation_fn": "relu"},
     }[algorithm]
     if algorithm == "ppo":
         defaults["ortho_init"] = True

@@ -9,6 +9,7 @@ from jaxlearner.algorithms.presets import (
     minatar_rows,
     ppo_rows,
     sac_rows,
+    td3_rows,
     tuned_rows,
 )
 from jaxlearner.algorithms.presets.preset import ORIGINS, Origin, Preset, covers
@@ -17,6 +18,7 @@ PRESETS: tuple[Preset, ...] = (
     *tuned_rows.ROWS,
     *ppo_rows.ROWS,
     *sac_rows.ROWS,
+    *td3_rows.ROWS,
     *dqn_rows.ROWS,
     *minatar_rows.ROWS,
 )
