@@ -13,7 +13,7 @@ import jax
 import pytest
 
 import jaxlearner as jl
-from jaxlearner.cli import NO_CACHE_VARIABLE, TrainOptions, main
+from jaxlearner.cli import DEFAULTS, NO_CACHE_VARIABLE, TrainOptions, main
 from jaxlearner.cli.run_settings import build, run_settings
 from jaxlearner.core.registry import recipe_builders
 from jaxlearner.errors import SmallDatasetWarning
@@ -21,14 +21,15 @@ from jaxlearner.training.multi_agent.env import GridSpread
 from jaxlearner.training.multi_agent.trainer import MultiAgentTrainer, policy_spaces
 from jaxlearner.training.offline.datasets import record_episodes, save_dataset
 
+SCENARIOS = {"appo": "Acrobot-v1"}
+"""A new user's first call with another environment than the command line's own."""
 ONLINE = {
-    "ppo": "CartPole-v1",
-    "appo": "Acrobot-v1",
-    "dqn": "CartPole-v1",
-    "sac": "Pendulum-v1",
-    "td3": "Pendulum-v1",
+    name: SCENARIOS.get(name, defaults.env)
+    for name, defaults in DEFAULTS.items()
+    if not defaults.offline
 }
-OFFLINE = {"bc": "CartPole-v1", "marwil": "CartPole-v1"}
+"""Every online algorithm with a command-line default (``jaxlearner.cli.DEFAULTS``)."""
+OFFLINE = {name: defaults.env for name, defaults in DEFAULTS.items() if defaults.offline}
 
 
 def shipped(name):
