@@ -213,10 +213,10 @@ class OfflineEngine:
         self._updates = jax.jit(
             make_offline_updates(algorithm, self.dataset.num_steps), donate_argnums=0
         )
-        self._rows: Any = None
+        self._rows = algorithm.learner.placement.put(jax.jit(algorithm.rows)(self.dataset.columns))
 
     def initial_state(self, state: LearnerState | None) -> LearnerState:
-        """The state to start from, and the rows on the device, checked against it.
+        """The state to start from, with the rows on the device checked against it.
 
         A state of its own (``state=None``) sees the whole dataset once, as one
         environment's stream, in its observers.
@@ -228,10 +228,8 @@ class OfflineEngine:
             state = learner.observe(state, {algorithm.module_id: experience})
         else:
             state = learner.placement.put(state)
-        rows = jax.jit(algorithm.rows)(self.dataset.columns)
-        first = jax.tree.map(lambda column: column[: algorithm.train_batch_size], rows)
+        first = jax.tree.map(lambda column: column[: algorithm.train_batch_size], self._rows)
         learner.validate(state, {algorithm.module_id: first})
-        self._rows = learner.placement.put(rows)
         return state
 
     def iterate(
