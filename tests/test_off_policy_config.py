@@ -1,4 +1,4 @@
-"""The config fields DQN and SAC share: declared by each class, checked by one function."""
+"""The config fields DQN, SAC and TD3 share: declared by each class, checked by one function."""
 
 import dataclasses
 import typing
@@ -8,11 +8,12 @@ import pytest
 from jaxlearner.algorithms.dqn import DQNConfig
 from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields, check_off_policy_config
 from jaxlearner.algorithms.sac import SACConfig
+from jaxlearner.algorithms.td3 import TD3Config
 
 SHARED = sorted(typing.get_type_hints(OffPolicyFields))
 
 
-@pytest.mark.parametrize("cls", [DQNConfig, SACConfig])
+@pytest.mark.parametrize("cls", [DQNConfig, SACConfig, TD3Config])
 def test_each_config_declares_every_shared_field_flat(cls):
     # Flat RLlib names on each class (saved recipes and key=value overrides use them).
     names = {field.name for field in dataclasses.fields(cls)}
@@ -43,7 +44,7 @@ BAD_SHARED_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("cls", [DQNConfig, SACConfig])
+@pytest.mark.parametrize("cls", [DQNConfig, SACConfig, TD3Config])
 @pytest.mark.parametrize(("name", "value", "message"), BAD_SHARED_VALUES)
 def test_both_configs_refuse_a_bad_shared_field_with_their_own_name(cls, name, value, message):
     with pytest.raises((ValueError, TypeError), match=message.replace("{owner}", cls.__name__)):
@@ -53,14 +54,14 @@ def test_both_configs_refuse_a_bad_shared_field_with_their_own_name(cls, name, v
         cls(**{name: value})
 
 
-@pytest.mark.parametrize("cls", [DQNConfig, SACConfig])
+@pytest.mark.parametrize("cls", [DQNConfig, SACConfig, TD3Config])
 def test_the_buffer_must_hold_a_batch(cls):
     message = r"replay_buffer_capacity \(8\) is smaller than train_batch_size \(16\)"
     with pytest.raises(ValueError, match=rf"{cls.__name__}\.{message}"):
         cls(replay_buffer_capacity=8, train_batch_size=16)
 
 
-@pytest.mark.parametrize("cls", [DQNConfig, SACConfig])
+@pytest.mark.parametrize("cls", [DQNConfig, SACConfig, TD3Config])
 def test_valid_shared_values_pass_and_are_normalised(cls):
     config = cls(
         tau=[[0, 1.0], [100, 0.1]],

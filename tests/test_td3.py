@@ -230,7 +230,7 @@ def test_td3_learns_pendulum():
         "train_batch_size": 128,
     }
     learner = jl.algorithms.td3(PENDULUM.observation_space, PENDULUM.action_space, config)
-    trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=1, seed=0, progress=False)
+    trainer = jl.Trainer(learner, "Pendulum-v1", num_envs=4, seed=0, progress=False)
     history = trainer.run([jl.RewardBound(-200.0), jl.MaxEnvSteps(12_000)], steps_per_eval=1000)
     final = trainer.eval()
     assert history[-1]["eval/return_mean"] >= -200.0

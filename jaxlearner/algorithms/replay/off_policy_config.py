@@ -1,4 +1,4 @@
-"""The config fields DQN and SAC share, checked once (each config class keeps its own fields)."""
+"""The config fields DQN, SAC and TD3 share, checked once (each config class keeps its own)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ TD_ERROR_LOSSES: tuple[str, ...] = ("huber", "mse")
 
 
 class OffPolicyFields(Protocol):
-    """The config fields DQN's and SAC's configs share, with RLlib's flat names.
+    """The config fields DQN's, SAC's and TD3's configs share, with RLlib's flat names.
 
     Each config class declares them itself (no inheritance: saved recipes and
     ``key=value`` overrides name them flat); :func:`check_off_policy_config`
@@ -54,7 +54,7 @@ class OffPolicyFields(Protocol):
 
 
 def check_off_policy_config(owner: str, config: OffPolicyFields) -> None:
-    """Checks the fields of :class:`OffPolicyFields`, for ``DQNConfig`` and ``SACConfig``.
+    """Checks the fields of :class:`OffPolicyFields`, for the DQN, SAC and TD3 configs.
 
     Args:
       owner: the config's class name, which starts each message
