@@ -44,7 +44,15 @@ _DEFAULT = {**_NOISE, "n_timesteps": 1e6, "train_freq": 1, "gradient_steps": 1}
 """The zoo's ``default`` entry in ``td3.yml``."""
 
 ROWS: tuple[Preset, ...] = (
-    zoo_row("td3", "Pendulum-v1", "Pendulum-v1", {**_TUNED, "n_timesteps": 20000}),
+    zoo_row(
+        "td3",
+        "Pendulum-v1",
+        "Pendulum-v1",
+        {**_TUNED, "n_timesteps": 20000},
+        notes="Beside sbx's TD3 (preset matrix, 3 seeds, 2026-12-02): the same final returns "
+        "(-124.7 against -123.4, each seed within 4 of sbx's) at 1.64x its wall time, the host "
+        "work of one update per env step.",
+    ),
     zoo_row(
         "td3",
         "LunarLanderContinuous-v3",
