@@ -1,6 +1,8 @@
 """TD3: the loss against hand-computed values, the delayed actor and targets, acting, bad
 input, the recipe, and learning Pendulum (slow)."""
 
+import dataclasses
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -107,6 +109,16 @@ def test_td3_target_smoothing_noise_is_clipped_and_the_actions_kept_in_bounds():
     assert np.all(np.abs(np.clip(noise, -0.5, 0.5)) == 0.5)  # every draw clipped
     critic, _, _ = hand_terms(target_noise_actions=smoothed)
     np.testing.assert_allclose(terms["critic"], critic, rtol=1e-5)
+
+
+def test_the_actor_term_is_computed_only_on_the_steps_that_update_the_actor():
+    loss = td3_loss(target_noise=0.0, policy_delay=2)
+    _, actor, _ = hand_terms()
+    for steps, expected in ((0, 0.0), (1, actor), (2, 0.0), (3, actor)):
+        ctx = dataclasses.replace(context(), counters={"grad_steps": jnp.int32(steps)})
+        terms, metrics = jax.jit(lambda params, ctx=ctx: loss(params, BATCH, ctx))(PARAMS)
+        np.testing.assert_allclose(terms["actor"], expected, rtol=1e-5, atol=1e-7)
+        assert metrics["policy_loss"] == terms["actor"]
 
 
 def test_each_td3_term_depends_only_on_its_own_params():

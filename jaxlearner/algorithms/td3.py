@@ -262,7 +262,10 @@ def _check_action_space(action_space: gymnasium.Space) -> None:
 
 
 def td3_loss(
-    target_noise: float = 0.2, target_noise_clip: float = 0.5, td_error_loss_fn: str = "mse"
+    target_noise: float = 0.2,
+    target_noise_clip: float = 0.5,
+    td_error_loss_fn: str = "mse",
+    policy_delay: int = 1,
 ):
     """TD3's per-optimizer loss; ``loss(params, batch, ctx) -> ({"actor", "critic"}, metrics)``.
 
@@ -271,6 +274,12 @@ def td3_loss(
     is a :class:`TD3Networks`' ``apply``, the targets are ``ctx.extra["target_params"]`` and
     ``ctx.key`` draws the target policy's smoothing noise. Metrics: ``policy_loss``,
     ``qf_loss``, ``qf_mean``, ``qf_max``, ``qf_min``, ``td_error_mean``, ``target_mean``.
+
+    With ``policy_delay > 1`` the actor's term is computed (forward and backward) only on
+    the gradient steps whose actor update :func:`delayed` applies, the ``policy_delay``-th,
+    ``2 * policy_delay``-th, ... (``ctx.counters["grad_steps"]``, the steps taken before this
+    one, is ``policy_delay - 1`` modulo ``policy_delay``); on the others it is 0, and so is
+    ``policy_loss``.
 
     Example:
       >>> loss = td3_loss(target_noise=0.2, target_noise_clip=0.5)
@@ -287,10 +296,7 @@ def td3_loss(
             masked_mean(weights * td_error_loss(td_errors[i], td_error_loss_fn), mask)
             for i in range(td_errors.shape[0])
         )
-        frozen = {"params": {**params["params"], "critic": jax.lax.stop_gradient(_critics(params))}}
-        actions = ctx.apply(params, batch["obs"], method="policy")
-        q_policy = ctx.apply(frozen, batch["obs"], actions, method="q_values")[0]
-        losses = {"actor": -masked_mean(q_policy, mask), "critic": critic_loss}
+        losses = {"actor": _actor_term(params, batch, ctx, policy_delay), "critic": critic_loss}
         valid = mask > 0
         return losses, {
             "policy_loss": losses["actor"],
@@ -303,6 +309,23 @@ def td3_loss(
         }
 
     return loss
+
+
+def _actor_term(params: Params, batch: Batch, ctx: LossContext, policy_delay: int) -> jax.Array:
+    """``-mean(mask * Q_1(s, mu(s)))`` with the critics held fixed, on the steps that update
+    the actor (every one when ``policy_delay`` is 1), else 0."""
+
+    def term() -> jax.Array:
+        critics = jax.lax.stop_gradient(_critics(params))
+        frozen = {"params": {**params["params"], "critic": critics}}
+        actions = ctx.apply(params, batch["obs"], method="policy")
+        q_policy = ctx.apply(frozen, batch["obs"], actions, method="q_values")[0]
+        return -masked_mean(q_policy, batch["mask"])
+
+    if policy_delay == 1:
+        return term()
+    due = ctx.counters["grad_steps"] % policy_delay == policy_delay - 1
+    return jax.lax.cond(due, term, lambda: jnp.zeros((), jnp.float32))
 
 
 def _critic_terms(
@@ -356,7 +379,12 @@ def make_learner(
     clip = {"grad_clip": config.grad_clip, "grad_clip_by": config.grad_clip_by}
     spec = replay_module_spec(
         model,
-        td3_loss(config.target_noise, config.target_noise_clip, config.td_error_loss_fn),
+        td3_loss(
+            config.target_noise,
+            config.target_noise_clip,
+            config.td_error_loss_fn,
+            config.policy_delay,
+        ),
         observation_space,
         config,
         optimizers={

@@ -50,8 +50,8 @@ ROWS: tuple[Preset, ...] = (
         "Pendulum-v1",
         {**_TUNED, "n_timesteps": 20000},
         notes="Beside sbx's TD3 (preset matrix, 3 seeds, 2026-12-02): the same final returns "
-        "(-124.7 against -123.4, each seed within 4 of sbx's) at 1.64x its wall time, the host "
-        "work of one update per env step.",
+        "(-124.7 against -123.4, each seed within 4 of sbx's) at 1.64x its wall time (the host "
+        "work of one update per env step, and the actor's term then computed on every step).",
     ),
     zoo_row(
         "td3",
