@@ -113,13 +113,13 @@ from jaxlearner.algorithms.networks.heads import check_log_std
 from jaxlearner.algorithms.networks.models import SACNetworks, sac_networks
 from jaxlearner.algorithms.objectives.sac_loss import TARGET, sac_loss, sac_terms
 from jaxlearner.algorithms.replay.off_policy import (
+    module_context,
     off_policy_algorithm,
     replay_layout,
     replay_module_spec,
 )
 from jaxlearner.algorithms.replay.off_policy_config import check_off_policy_config
 from jaxlearner.core.additional_updates import AdditionalUpdate, target_update
-from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
@@ -214,14 +214,7 @@ def sac_td_errors(
     Computed as :func:`sac_loss` computes them, for the module's params and
     target critics; ``key`` draws ``a'`` for ``Box`` actions.
     """
-    ctx = LossContext(
-        module_id=MODULE_ID,
-        apply=model.apply,
-        key=key,
-        extra=module.extra,
-        hyperparams=module.hyperparams,
-        counters=module.counters,
-    )
+    ctx = module_context(model.apply, module, key)
     terms = sac_terms(model.distribution, module.params, batch, ctx)
     return jnp.abs(terms.q_taken - terms.target[None]).mean(axis=0)
 

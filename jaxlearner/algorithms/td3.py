@@ -94,17 +94,18 @@ from jaxlearner.algorithms.config import (
     check_positive_int,
     freeze_schedule,
 )
-from jaxlearner.algorithms.networks.acting import WARMUP_ACTIONS
+from jaxlearner.algorithms.networks.acting import WARMUP_ACTIONS, explore_and_exploit
 from jaxlearner.algorithms.networks.encoders import dense, encoder_for
-from jaxlearner.algorithms.networks.models import StateActionValue, stacked
+from jaxlearner.algorithms.networks.models import state_action_critics
 from jaxlearner.algorithms.replay.off_policy import (
     masked_mean,
+    module_context,
     off_policy_algorithm,
     replay_layout,
     replay_module_spec,
     td_error_loss,
 )
-from jaxlearner.algorithms.replay.off_policy_config import check_off_policy_config
+from jaxlearner.algorithms.replay.off_policy_config import TD_ERROR_LOSSES, check_off_policy_config
 from jaxlearner.core.additional_updates import target_update
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
@@ -177,7 +178,6 @@ class TD3Networks(nn.Module):
     Attributes:
       actor: ``obs [..., *obs] -> pre-tanh actions [..., d]``.
       critic: stacked ``Q(s, a)``: ``(obs, action [..., d]) -> [C, ...]``.
-      action_size: ``d``.
 
     Example:
       >>> model = td3_networks(gymnasium.spaces.Box(-1, 1, (3,)), gymnasium.spaces.Box(-2, 2, (1,)))
@@ -190,7 +190,6 @@ class TD3Networks(nn.Module):
 
     actor: nn.Module
     critic: nn.Module
-    action_size: int
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``(mu(obs) [..., d], Q(obs, mu(obs)) [C, ...])``: creates every param."""
@@ -238,13 +237,10 @@ def td3_networks(
     actor = _Actor(
         encoder_for(observation_space, hidden_sizes, activation, ortho_init), size, ortho_init
     )
-    critic = stacked(StateActionValue, num_critics)(
-        encoder_for(observation_space, (), activation, ortho_init),
-        tuple(hidden_sizes),
-        activation,
-        ortho_init,
+    critic = state_action_critics(
+        observation_space, hidden_sizes, activation, ortho_init, num_critics
     )
-    return TD3Networks(actor, critic, size)
+    return TD3Networks(actor, critic)
 
 
 def _check_action_space(action_space: gymnasium.Space) -> None:
@@ -285,7 +281,7 @@ def td3_loss(
       >>> loss = td3_loss(target_noise=0.2, target_noise_clip=0.5)
       >>> terms, metrics = loss(params, batch, ctx)                       # doctest: +SKIP
     """
-    check_choice("td3_loss", "td_error_loss_fn", td_error_loss_fn, ("huber", "mse"))
+    check_choice("td3_loss", "td_error_loss_fn", td_error_loss_fn, TD_ERROR_LOSSES)
 
     def loss(params: Params, batch: Batch, ctx: LossContext) -> tuple[dict, dict]:
         mask = batch["mask"]
@@ -429,22 +425,15 @@ def make_algorithm(
         return low + (actions + 1.0) * 0.5 * (high - low), {"actions": actions}
 
     def td_errors(module: ModuleState, batch: Batch, key: jax.Array) -> jax.Array:
-        ctx = LossContext(
-            module_id=MODULE_ID,
-            apply=model.apply,
-            key=key,
-            extra=module.extra,
-            hyperparams=module.hyperparams,
-            counters=module.counters,
-        )
+        ctx = module_context(model.apply, module, key)
         q_taken, target = _critic_terms(
             module.params, batch, ctx, config.target_noise, config.target_noise_clip
         )
         return jnp.abs(q_taken - target[None]).mean(axis=0)
 
-    explore = lambda module, obs, key: act(module, obs, key, False)
-    exploit = lambda module, obs, key: act(module, obs, key, True)
-    return off_policy_algorithm("td3", learner, config, (explore, exploit), jnp.float32, td_errors)
+    return off_policy_algorithm(
+        "td3", learner, config, explore_and_exploit(act), jnp.float32, td_errors
+    )
 
 
 RECIPE = BuiltinAlgorithm("td3", TD3Config, make_learner, make_algorithm)

@@ -477,10 +477,32 @@ def sac_networks(
             ortho_init=ortho_init,
         )
     else:
-        critic = stacked(StateActionValue, num_critics)(
-            encoder_for(observation_space, (), activation, ortho_init),
-            tuple(hidden_sizes),
-            activation,
-            ortho_init,
+        critic = state_action_critics(
+            observation_space, hidden_sizes, activation, ortho_init, num_critics
         )
     return SACNetworks(actor, critic, Temperature(initial_alpha), spec)
+
+
+def state_action_critics(
+    observation_space: gymnasium.Space,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    ortho_init: bool,
+    num_critics: int,
+) -> nn.Module:
+    """``num_critics`` stacked :class:`StateActionValue` critics, the action entering at the
+    first layer beside the flattened observation (SAC's and TD3's continuous critics):
+    ``(obs, action [..., d]) -> [num_critics, ...]``.
+
+    Example:
+      >>> critic = state_action_critics(gymnasium.spaces.Box(-1, 1, (3,)), (8,), "relu", True, 2)
+      >>> params = critic.init(jax.random.key(0), jnp.zeros((5, 3)), jnp.zeros((5, 1)))
+      >>> critic.apply(params, jnp.zeros((5, 3)), jnp.zeros((5, 1))).shape
+      (2, 5)
+    """
+    return stacked(StateActionValue, num_critics)(
+        encoder_for(observation_space, (), activation, ortho_init),
+        tuple(hidden_sizes),
+        activation,
+        ortho_init,
+    )

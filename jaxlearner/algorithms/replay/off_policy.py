@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlearner.algorithms.algorithm import (
+    MODULE_ID,
     ActFn,
     Experience,
     OffPolicyAlgorithm,
@@ -61,11 +62,11 @@ from jaxlearner.algorithms.replay import frame_stack, prioritized_replay, replay
 from jaxlearner.algorithms.replay.off_policy_config import OffPolicyFields, check_frame_stack
 from jaxlearner.algorithms.trajectories.normalization import normalization_for, normalized_loss
 from jaxlearner.algorithms.trajectories.returns import n_step_rewards
-from jaxlearner.core.context import LossFn
+from jaxlearner.core.context import LossContext, LossFn
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.metrics import last_update_metrics
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.state import LearnerState
+from jaxlearner.core.state import LearnerState, ModuleState
 from jaxlearner.types import Batch, Metrics
 
 
@@ -449,6 +450,19 @@ def make_replay_updates(algorithm: OffPolicyAlgorithm) -> ReplayUpdatesFn:
         return learner_state, buffer, last_update_metrics(stacked)
 
     return replay_updates
+
+
+def module_context(apply: Any, module: ModuleState, key: jax.Array) -> LossContext:
+    """The loss context of the default module's state outside an update: for the TD errors
+    that set prioritized replay's priorities (SAC's, TD3's), computed as their losses do."""
+    return LossContext(
+        module_id=MODULE_ID,
+        apply=apply,
+        key=key,
+        extra=module.extra,
+        hyperparams=module.hyperparams,
+        counters=module.counters,
+    )
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
