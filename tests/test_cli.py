@@ -335,6 +335,25 @@ def test_stop_reward_none_trains_the_whole_budget_and_resumes_so(tmp_path, capsy
     assert "nothing to resume" in capsys.readouterr().out
 
 
+def test_an_off_policy_run_writes_a_row_per_thousand_env_steps(tmp_path, capsys):
+    """DQN's rollouts of 4 env steps are recorded a row per 1,000 env steps at most, not a row
+    per rollout: here per 500, as evaluations every 1,500 and the budget stay exact."""
+    options = ["--max-steps", "3000", "--eval-every", "1500", "--num-envs", "1", "--preset"]
+    options += ["none", "--stop-reward", "none", "--no-progress", "--config", "hidden_sizes=[8]"]
+    options += ["num_steps_sampled_before_learning_starts=500", "train_batch_size=32"]
+    out = tmp_path / "dqn"
+    assert main(["train", "dqn", "--out", str(out), *options]) == 0
+    rows = [row for row in read_json_lines(out / "metrics.jsonl") if "env_steps_per_s" in row]
+    per_rollout = 4  # DQN's rollout_fragment_length with one env
+    ends = list(range(500, 3001, 500))
+    assert [row["env_steps"] for row in rows] == ends
+    assert [row["iteration"] for row in rows] == [n // per_rollout for n in ends]
+    evaluated = [row["env_steps"] for row in read_json_lines(out / "metrics.jsonl")
+                 if "eval/return_mean" in row]  # fmt: skip
+    assert evaluated == [1500, 3000]
+    assert "default_policy/qf_mean" in rows[-1]
+
+
 def test_eval_episodes_sets_each_evaluation_and_the_resumed_run_keeps_it(tmp_path, capsys):
     from jaxlearner import cli
     from jaxlearner.cli.run_settings import run_settings

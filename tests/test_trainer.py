@@ -258,6 +258,38 @@ def test_off_policy_resume_continues_exactly(tmp_path):
     assert tree_equal(resumed.state.modules, straight.state.modules)
 
 
+def test_iterations_per_step_runs_the_iterations_of_steps_of_one():
+    """An off-policy run in steps of 6 iterations trains exactly as one in steps of one
+    (same keys, rollouts, buffer and updates); each of its rows counts all 6, with the last
+    update's metrics."""
+    env = gym.make("CartPole-v1")
+    config = {
+        "train_batch_size": 16,
+        "hidden_sizes": (8,),
+        "num_steps_sampled_before_learning_starts": 16,
+        "replay_buffer_capacity": 256,
+    }
+
+    def make(**kwargs):
+        learner = jl.algorithms.dqn(env.observation_space, env.action_space, config)
+        return jl.Trainer(learner, "CartPole-v1", num_envs=2, seed=5, progress=False, **kwargs)
+
+    ones, sixes = make(), make(iterations_per_step=6)
+    assert sixes.env_steps_per_iteration == 6 * ones.env_steps_per_iteration
+    single = [ones.step() for _ in range(18)]
+    rows = [sixes.step() for _ in range(3)]
+    assert tree_equal(sixes.state, ones.state)
+    assert tree_equal(sixes.engine.buffer, ones.engine.buffer)
+    assert [row["iteration"] for row in rows] == [6, 12, 18]
+    assert [row["env_steps"] for row in rows] == [row["env_steps"] for row in single[5::6]]
+    assert rows[-1]["episodes"] == single[-1]["episodes"]
+    assert rows[1]["num_episodes"] == sum(row["num_episodes"] for row in single[6:12])
+    for name in ("default_policy/total_loss", "episode_return_mean"):
+        assert rows[-1][name] == single[-1][name]
+    with pytest.raises(ValueError, match="iterations_per_step must be a positive int; got 0"):
+        make(iterations_per_step=0)
+
+
 # Two programs compiled apart (the feed's and the by-hand one) round alike at XLA's default;
 # at the other tests' -O0 the critic's gradient norm came out 1, then (with the gradient
 # postprocess stage in the update) 2 ulp apart: 0.6703436 vs 0.67034346.

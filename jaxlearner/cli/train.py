@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TypeAlias
 
-from jaxlearner.algorithms.algorithm import AnyAlgorithm
+from jaxlearner.algorithms.algorithm import AnyAlgorithm, OffPolicyAlgorithm
 from jaxlearner.algorithms.config import config_to_json
 from jaxlearner.anakin.envs.gymnax import is_gymnax
 from jaxlearner.anakin.trainer import AnakinEngine, AnakinTrainer
@@ -351,6 +351,11 @@ def _trainer(
             progress=progress,
         )
     runners = options.runners
+    step = 1
+    if isinstance(algorithm, OffPolicyAlgorithm):
+        envs = settings.num_envs * max(1, runners.env_runners)
+        spi = algorithm.rollout_steps(envs) * envs
+        step = iterations_per_step(settings, spi, most_env_steps=OFF_POLICY_ROW_STEPS)
     return Trainer(
         algorithm,
         settings.env,
@@ -365,13 +370,25 @@ def _trainer(
             max_env_runner_restarts=runners.max_env_runner_restarts,
             ray_address=runners.ray_address,
         ),
+        iterations_per_step=step,
     )
 
 
-def iterations_per_step(settings: RunSettings, steps_per_iteration: int) -> int:
-    """Anakin iterations per compiled call of a ``gymnax:`` run: the most that fit between two
-    evaluations and two checkpoints and divide the run's iterations (so ``--max-steps`` is
-    not overshot by more than one iteration); at least one.
+OFF_POLICY_ROW_STEPS = 1_000
+"""The most env steps one row of an off-policy run on gymnasium envs covers (RLlib's DQN
+iterations are at least 1,000 env steps): one row per rollout of one env step would cost
+more than the step, and write a line per env step."""
+
+
+def iterations_per_step(
+    settings: RunSettings, steps_per_iteration: int, most_env_steps: int | None = None
+) -> int:
+    """Iterations per step (one row) of a run: the most that fit between two evaluations and
+    two checkpoints (and in ``most_env_steps``, where given) and divide the run's iterations
+    (so ``--max-steps`` is not overshot by more than one iteration) and those between two
+    evaluations and two checkpoints, where those are whole; at least one. Anakin's
+    are one compiled call each; an off-policy run's on gymnasium envs take at most
+    :data:`OFF_POLICY_ROW_STEPS`.
 
     Example:
       >>> settings = RunSettings("ppo", "gymnax:Breakout-MinAtar", {}, 8, 0, None, 100_000,
@@ -379,9 +396,13 @@ def iterations_per_step(settings: RunSettings, steps_per_iteration: int) -> int:
       >>> iterations_per_step(settings, 1024)  # 98 iterations, 9 fit between evaluations
       7
     """
-    fit = max(1, min(settings.eval_every, settings.checkpoint_every_steps) // steps_per_iteration)
+    every = (settings.eval_every, settings.checkpoint_every_steps)
+    room = min(*every, most_env_steps or math.inf)
+    fit = max(1, int(room // steps_per_iteration))
     total = math.ceil(settings.max_steps / steps_per_iteration)
-    return max(k for k in range(1, fit + 1) if total % k == 0)
+    # Cadences of whole iterations stay exact: they fall between steps.
+    whole = [n // steps_per_iteration for n in every if n % steps_per_iteration == 0]
+    return max(k for k in range(1, fit + 1) if all(n % k == 0 for n in (total, *whole)))
 
 
 def _run(

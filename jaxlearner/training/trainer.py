@@ -84,6 +84,7 @@ def Trainer(
     compile_ahead: bool = True,
     num_env_runners: int = 0,
     env_runners: EnvRunnersConfig | None = None,
+    iterations_per_step: int = 1,
 ) -> Driver[EnvEngine]:
     """Trains a built-in algorithm on a gymnasium environment.
 
@@ -127,6 +128,14 @@ def Trainer(
         (:mod:`jaxlearner.training.env_runners`; the ``jaxlearner[ray]`` extra).
       env_runners: how the Ray runners run (:class:`~jaxlearner.EnvRunnersConfig`: CPUs,
         restarts, the cluster, synchronous or not).
+      iterations_per_step: iterations (one rollout and what the algorithm learns from it
+        each) in one ``step``, recorded as one row, as
+        :func:`~jaxlearner.anakin.AnakinTrainer`'s: for an off-policy algorithm of one-step
+        rollouts, a row per env step costs more than the step (RLlib's
+        ``min_sample_timesteps_per_iteration``). The iterations are those of steps of one:
+        the same keys, rollouts and updates. The row's counts and episode statistics cover
+        them all, its learner metrics are the last update's; stop conditions, evaluations
+        and checkpoints fall between steps.
 
     Returns:
       The trainer, a :class:`~jaxlearner.training.driver.Driver` over an :class:`EnvEngine`.
@@ -160,6 +169,7 @@ def Trainer(
         env_runners=env_runners,
         init_key=init_key,
         key=key,
+        iterations_per_step=iterations_per_step,
     )
     placed = engine.learner
     # learner.init places its state; a state given from elsewhere is placed here.
@@ -172,6 +182,7 @@ def Trainer(
         eval_episodes=eval_episodes,
         vectorization=vectorization,
         **({"num_env_runners": num_env_runners} if num_env_runners else {}),
+        **({"iterations_per_step": iterations_per_step} if iterations_per_step != 1 else {}),
     )
     counters = TrainerCounters()
     return Driver(engine, start, counters, writers=writers, progress=progress, config=config)
@@ -191,7 +202,8 @@ class EnvEngine:
       learner: the learner being trained, the algorithm's.
       runner: the training env runner (an :class:`~jaxlearner.training.env_runner.EnvRunner`,
         or the Ray runners of ``num_env_runners > 0``).
-      env_steps_per_iteration: the rollout length times the envs.
+      env_steps_per_iteration: env steps one ``step`` collects: the rollout length times
+        the envs times ``iterations_per_step``.
     """
 
     owner = "Trainer"
@@ -213,7 +225,12 @@ class EnvEngine:
         env_runners: EnvRunnersConfig | None,
         init_key: jax.Array,
         key: jax.Array,
+        iterations_per_step: int = 1,
     ) -> None:
+        if type(iterations_per_step) is not int or iterations_per_step < 1:
+            raise ValueError(
+                f"iterations_per_step must be a positive int; got {iterations_per_step!r}."
+            )
         offline = isinstance(learner, OfflineAlgorithm)
         algorithm = learner if isinstance(learner, Algorithm) or offline else algorithm_for(learner)
         if not isinstance(algorithm, Algorithm):  # an offline algorithm collects nothing
@@ -235,7 +252,8 @@ class EnvEngine:
         except ValueError:
             runner.close()  # Ray runners' processes end with the error
             raise
-        self.env_steps_per_iteration = self._rollout_steps * runner.num_envs
+        self._iterations_per_step = iterations_per_step
+        self.env_steps_per_iteration = self._rollout_steps * runner.num_envs * iterations_per_step
         self._feed = make_feed(algorithm)
         self._key = key
         self._ahead = (
@@ -299,7 +317,7 @@ class EnvEngine:
         env_config: EnvConfig | None = None,
     ) -> tuple[LearnerState, Iteration]:
         """Collects one rollout (with the params of ``policy_lag`` updates ago, for an
-        on-policy algorithm that has one) and learns from it.
+        on-policy algorithm that has one) and learns from it, ``iterations_per_step`` times.
 
         Args:
           state: the learner state.
@@ -315,30 +333,32 @@ class EnvEngine:
           ValueError: when the reconfigured envs' spaces differ from the learner's.
         """
         self._reconfigure(env_config, counters)
-        self._key, sample_key, update_key = _split_in_three(self._key)
-        module = self._behaviour_module(state)
-        rollout = self.runner.sample(
-            self.algorithm.explore, module, self._rollout_steps, sample_key
-        )
-        before = counters.env_steps
-        if self._feed.updates(before, rollout.env_steps):
-            self._wait_for_compile_ahead()
-        state, metrics = self._feed.learn(
-            state, module, rollout.experience(), rollout.env_steps, before, update_key
-        )
+        env_steps, episodes, metrics = 0, 0, None
+        for _ in range(self._iterations_per_step):
+            self._key, sample_key, update_key = _split_in_three(self._key)
+            module = self._behaviour_module(state)
+            rollout = self.runner.sample(
+                self.algorithm.explore, module, self._rollout_steps, sample_key
+            )
+            before = counters.env_steps + env_steps
+            if self._feed.updates(before, rollout.env_steps):
+                self._wait_for_compile_ahead()
+            state, learned = self._feed.learn(
+                state, module, rollout.experience(), rollout.env_steps, before, update_key
+            )
+            metrics = learned if learned else metrics
+            counters.count(rollout)
+            env_steps += rollout.env_steps
+            episodes += len(rollout.episode_returns)
         learner_metrics = flatten_metrics(jax.device_get(metrics)) if metrics else {}
-        counters.count(rollout)
-        counts = {
-            "episodes": float(counters.episodes),
-            "num_episodes": float(len(rollout.episode_returns)),
-        }
+        counts = {"episodes": float(counters.episodes), "num_episodes": float(episodes)}
         stats = {
             **episode_stats(counters),
             **learner_metrics,
             **memory_stats(self._feed.buffer),
             **runner_metrics(self.runner),
         }
-        return state, Iteration(rollout.env_steps, counts, stats)
+        return state, Iteration(env_steps, counts, stats, iterations=self._iterations_per_step)
 
     def _reconfigure(self, env_config: EnvConfig | None, counters: TrainerCounters) -> None:
         """Rebuilds the training envs when ``env_config`` (resolved) differs from theirs."""
