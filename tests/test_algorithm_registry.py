@@ -146,6 +146,7 @@ BUILT_IN = [
     ("dqn", "A DQN", OffPolicyAlgorithm, "CartPole-v1"),
     ("sac", "A SAC", OffPolicyAlgorithm, "Pendulum-v1"),
     ("td3", "A TD3", OffPolicyAlgorithm, "Pendulum-v1"),
+    ("pqn", "A PQN", OnPolicyAlgorithm, "CartPole-v1"),
     ("bc", "A BC", OfflineAlgorithm, "CartPole-v1"),
     ("marwil", "A MARWIL", OfflineAlgorithm, "CartPole-v1"),
 ]

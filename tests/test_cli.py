@@ -134,7 +134,7 @@ def test_plot_writes_a_png(run, tmp_path, capsys):
         (["train", "ppo", "--eval-episodes", "0"], "expected a positive integer, got '0'"),
         (["train", "--resume", "RUN", "--eval-episodes", "3"], "drop ['--eval-episodes']"),
         (["train", "--resume", "/no/run"], "is not a run folder of 'jaxlearner train'"),
-        (["train"], "give an algorithm (appo, bc, dqn, marwil, ppo, sac"),
+        (["train"], "give an algorithm (appo, bc, dqn, marwil, ppo, pqn, sac"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path, run):

@@ -31,14 +31,14 @@ OFFLINE_ENV = "CartPole-v1"
 def quick_sizes(row, num_envs):
     """The row's sizes for a two-iteration run in which both iterations update."""
     config = row.config
-    if row.algorithm == "ppo":
-        steps = num_envs * 8
-        return {"train_batch_size": steps, "minibatch_size": min(config["minibatch_size"], steps)}
-    if row.algorithm == "appo":
-        return {"train_batch_size": num_envs * config.get("rollout_fragment_length", 50)}
     fields = {
         field.name for field in dataclasses.fields(algorithm_recipe(row.algorithm).config_type)
     }
+    if "rollout_fragment_length" in fields and "minibatch_size" in fields:  # APPO's rows
+        return {"train_batch_size": num_envs * config.get("rollout_fragment_length", 50)}
+    if "minibatch_size" in fields:  # minibatch epochs on each rollout: PPO's, PQN's
+        steps = num_envs * 8
+        return {"train_batch_size": steps, "minibatch_size": min(config["minibatch_size"], steps)}
     if "replay_buffer_capacity" in fields:  # the off-policy algorithms' rows
         batch = min(config.get("train_batch_size", 32), 32)
         return {

@@ -57,8 +57,9 @@ def test_every_row_names_its_source_and_the_zoo_rows_their_entry():
     for row in PRESETS:
         if row.origin == "rl_zoo3":
             assert row.source.startswith(f"rl_zoo3/hyperparams/{row.algorithm}.yml: "), row.name
-        elif row.origin == "published":
-            assert row.env_id == ANY_MINATAR and "MinAtar" in row.source, row.name
+        elif row.origin == "published":  # a file of the repository that publishes it
+            assert re.fullmatch(r"[\w.-]+/\S+(\s\(.+\))?", row.source), row.name
+            assert (row.env_id == ANY_MINATAR) == ("minatar" in row.source.lower()), row.name
         else:
             assert row.source.startswith("jaxlearner: "), row.name
     covered = {(row.algorithm, row.env_id) for row in preset_rows(origin="rl_zoo3")}

@@ -60,6 +60,7 @@ from jaxlearner.algorithms.dqn import DQNConfig, dqn, dqn_loss
 from jaxlearner.algorithms.marwil import MARWILConfig, marwil, marwil_loss
 from jaxlearner.algorithms.multi_agent_ppo import multi_agent_ppo
 from jaxlearner.algorithms.ppo import PPOConfig, ppo, ppo_loss
+from jaxlearner.algorithms.pqn import PQNConfig, pqn, pqn_loss
 from jaxlearner.algorithms.presets import Preset, preset, preset_names
 from jaxlearner.algorithms.sac import SACConfig, sac, sac_loss
 from jaxlearner.algorithms.td3 import TD3Config, td3, td3_loss
@@ -139,6 +140,7 @@ __all__ = [
     "OfflineAlgorithm",
     "OnPolicyAlgorithm",
     "PPOConfig",
+    "PQNConfig",
     "Preset",
     "PrioritizedReplay",
     "RecurrentAct",
@@ -160,6 +162,8 @@ __all__ = [
     "multi_agent_ppo",
     "ppo",
     "ppo_loss",
+    "pqn",
+    "pqn_loss",
     "preset",
     "preset_names",
     "register_algorithm",

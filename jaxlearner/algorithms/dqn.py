@@ -110,7 +110,7 @@ import gymnasium
 import jax
 import jax.numpy as jnp
 
-from jaxlearner.algorithms.algorithm import MODULE_ID, ActFn, OffPolicyAlgorithm
+from jaxlearner.algorithms.algorithm import MODULE_ID, OffPolicyAlgorithm
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_bool,
@@ -124,6 +124,7 @@ from jaxlearner.algorithms.config import (
     config_adam,
     freeze_schedule,
 )
+from jaxlearner.algorithms.networks.acting import epsilon_greedy
 from jaxlearner.algorithms.networks.encoders import ConvFilters
 from jaxlearner.algorithms.networks.models import q_network
 from jaxlearner.algorithms.replay.off_policy import (
@@ -138,7 +139,7 @@ from jaxlearner.core.additional_updates import AdditionalUpdate, periodic_copy, 
 from jaxlearner.core.context import LossContext
 from jaxlearner.core.learner import Learner
 from jaxlearner.core.module_spec import ModuleSpec
-from jaxlearner.core.schedules import ScheduleLike, current_value
+from jaxlearner.core.schedules import ScheduleLike
 from jaxlearner.core.state import ModuleState
 from jaxlearner.types import Batch, Model, Params
 
@@ -352,37 +353,8 @@ def make_algorithm(
         target_params = module.extra[TARGET]
         return dqn_td_error(model.apply, module.params, target_params, batch, config.double_q)[0]
 
-    acts = _act_functions(model, config.epsilon, action_space)
+    acts = epsilon_greedy(model, config.epsilon, action_space)
     return off_policy_algorithm("dqn", learner, config, acts, jnp.int32, td_errors)
-
-
-def _act_functions(
-    model: Model, epsilon: ScheduleLike, action_space: gymnasium.Space
-) -> tuple[ActFn, ActFn]:
-    """``(explore, exploit)``: epsilon-greedy at ``module.env_steps``, and greedy.
-
-    Actions are trained on as indices; the environment gets ``index + start``.
-    """
-    num_actions, start = int(action_space.n), int(action_space.start)
-
-    def env_actions(actions: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-        if start == 0:
-            return actions, {}
-        return actions + start, {"actions": actions}
-
-    def explore(module: ModuleState, obs: jax.Array, key: jax.Array):
-        value = current_value(epsilon, module.hyperparams["epsilon"], module.counters, "epsilon")
-        greedy = jnp.argmax(model.apply(module.params, obs), axis=-1).astype(jnp.int32)
-        random_key, coin_key = jax.random.split(key)
-        random = jax.random.randint(random_key, greedy.shape, 0, num_actions, jnp.int32)
-        explore_now = jax.random.uniform(coin_key, greedy.shape) < value
-        return env_actions(jnp.where(explore_now, random, greedy))
-
-    def exploit(module: ModuleState, obs: jax.Array, key: jax.Array):
-        del key
-        return env_actions(jnp.argmax(model.apply(module.params, obs), -1).astype(jnp.int32))
-
-    return explore, exploit
 
 
 RECIPE = BuiltinAlgorithm("dqn", DQNConfig, make_learner, make_algorithm)

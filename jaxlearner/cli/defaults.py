@@ -66,6 +66,8 @@ DEFAULTS: dict[str, Defaults] = {
     # The zoo's Pendulum row, at SAC's stop reward.
     "td3": Defaults("td3", "Pendulum-v1", stop_reward=-250.0),
     "appo": Defaults("appo", "CartPole-v1", stop_reward=475.0),
+    # purejaxql's CartPole row: stopped at 147,456 env steps (seed 0, 2026-12-02).
+    "pqn": Defaults("pqn", "CartPole-v1", stop_reward=475.0),
     # Offline: the environment evaluates; "env steps" are dataset rows trained on.
     "bc": Defaults("bc", "CartPole-v1", stop_reward=475.0, offline=True),
     "marwil": Defaults("marwil", "CartPole-v1", stop_reward=475.0, offline=True),

@@ -1,5 +1,6 @@
 """Acting with a policy's distribution: a sample or the mode, clipped to a ``Box``; or
-uniformly random actions of the distribution's space, for an off-policy warm-up.
+uniformly random actions of the distribution's space, for an off-policy warm-up; or
+epsilon-greedy over a Q-network's values (DQN, PQN).
 
 What the act functions of the actor-critic algorithms (PPO, APPO) share: the action to train
 on is the distribution's own sample (unclipped, so its log-probability is exact), the action
@@ -11,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium
 import jax
 import jax.numpy as jnp
 
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec, make_distribution
+from jaxlearner.core.schedules import ScheduleLike, current_value
+from jaxlearner.core.state import ModuleState
+from jaxlearner.types import Model
 
 
 def policy_actions(
@@ -96,3 +101,42 @@ def uniform_actions(
         f"Uniform warm-up actions need a 'tanh_gaussian' or 'categorical' distribution; got "
         f"{distribution.kind!r}."
     )
+
+
+def epsilon_greedy(
+    model: Model, epsilon: ScheduleLike, action_space: gymnasium.spaces.Discrete
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(explore, exploit)`` over a Q-network: epsilon-greedy, and greedy.
+
+    ``explore(module, obs [N, ...], key)`` takes a uniformly random action with probability
+    epsilon, the argmax of ``model.apply(module.params, obs)`` otherwise; epsilon is the
+    module hyperparameter ``"epsilon"``, a schedule evaluated at the module's counters (so
+    at its ``env_steps`` now, not as the last update refreshed it) or the stored constant.
+    Actions are trained on as int32 indices; the environment gets ``index + start``
+    (``extras["actions"]`` holds the index where they differ).
+
+    Example:
+      >>> explore, exploit = epsilon_greedy(model, ((0, 1.0), (10_000, 0.05)), space)
+      ... # doctest: +SKIP
+      >>> actions, extras = explore(module, obs, key)                     # doctest: +SKIP
+    """
+    num_actions, start = int(action_space.n), int(action_space.start)
+
+    def env_actions(actions: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+        if start == 0:
+            return actions, {}
+        return actions + start, {"actions": actions}
+
+    def explore(module: ModuleState, obs: jax.Array, key: jax.Array):
+        value = current_value(epsilon, module.hyperparams["epsilon"], module.counters, "epsilon")
+        greedy = jnp.argmax(model.apply(module.params, obs), axis=-1).astype(jnp.int32)
+        random_key, coin_key = jax.random.split(key)
+        random = jax.random.randint(random_key, greedy.shape, 0, num_actions, jnp.int32)
+        explore_now = jax.random.uniform(coin_key, greedy.shape) < value
+        return env_actions(jnp.where(explore_now, random, greedy))
+
+    def exploit(module: ModuleState, obs: jax.Array, key: jax.Array):
+        del key
+        return env_actions(jnp.argmax(model.apply(module.params, obs), -1).astype(jnp.int32))
+
+    return explore, exploit

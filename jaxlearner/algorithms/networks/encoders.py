@@ -180,6 +180,8 @@ class MLP(nn.Module):
       activation: a name in :data:`ACTIVATIONS`.
       ortho_init: orthogonal layers (gain ``sqrt(2)``), or PyTorch's default
         initialisation (see :func:`dense`).
+      layer_norm: a ``flax.linen.LayerNorm`` between each layer and its activation (PQN's
+        network, Gallici et al. 2024); params ``layer_norm_{i}``.
 
     Example:
       >>> mlp = MLP((64, 64), "relu")
@@ -189,6 +191,7 @@ class MLP(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     ortho_init: bool = True
+    layer_norm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", _sizes(self.hidden_sizes, "MLP.hidden_sizes"))
@@ -198,9 +201,15 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for i, size in enumerate(self.hidden_sizes):
-            layer = dense(size, SQRT2, f"dense_{i}", x.shape[-1], self.ortho_init)
-            x = ACTIVATIONS[self.activation](layer(x))
+            x = dense(size, SQRT2, f"dense_{i}", x.shape[-1], self.ortho_init)(x)
+            x = _normalized(x, self.layer_norm, i)
+            x = ACTIVATIONS[self.activation](x)
         return x
+
+
+def _normalized(x: jax.Array, layer_norm: bool, index: int) -> jax.Array:
+    """``x`` through a ``LayerNorm`` over its last axis (``layer_norm_{index}``), if asked."""
+    return nn.LayerNorm(name=f"layer_norm_{index}")(x) if layer_norm else x
 
 
 def scaled_pixels(images: jax.Array) -> jax.Array:
@@ -233,6 +242,8 @@ class CNN(nn.Module):
       ortho_init: orthogonal kernels (gain ``sqrt(2)``) and zero biases, or
         PyTorch's default ``nn.Conv2d`` initialisation.
       padding: ``"SAME"`` or ``"VALID"``, every convolution's.
+      layer_norm: a ``LayerNorm`` over the channels between each convolution and its
+        activation (:class:`MLP`'s).
 
     Example:
       >>> cnn = CNN(padding="VALID")
@@ -247,6 +258,7 @@ class CNN(nn.Module):
     activation: str = "relu"
     ortho_init: bool = True
     padding: str = "SAME"
+    layer_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.padding not in ("SAME", "VALID"):
@@ -271,7 +283,7 @@ class CNN(nn.Module):
             if not self.ortho_init:
                 init = {"kernel_init": TORCH_KERNEL_INIT, "bias_init": torch_bias_init(fan_in)}
             conv = Conv(channels, kernel, stride, self.padding, name=f"conv_{i}", **init)
-            x = ACTIVATIONS[self.activation](conv(x))
+            x = ACTIVATIONS[self.activation](_normalized(conv(x), self.layer_norm, i))
         return x.reshape(*x.shape[:-3], -1)
 
 
@@ -297,6 +309,7 @@ class Encoder(nn.Module):
       conv_padding: the CNN's padding, one of :data:`CONV_PADDINGS`.
       conv_filters: the CNN's layers (:data:`ConvFilters`); ``None``: :data:`NATURE_CNN`;
         ``()``: none, the image is flattened (scaled as the CNN scales it) into the MLP.
+      layer_norm: the CNN's and the MLP's ``LayerNorm`` before each activation.
     """
 
     observation_shape: tuple[int, ...]
@@ -308,6 +321,7 @@ class Encoder(nn.Module):
     ortho_init: bool = True
     conv_padding: str = "same"
     conv_filters: ConvFilters | None = None
+    layer_norm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "observation_shape", tuple(self.observation_shape))
@@ -351,6 +365,7 @@ class Encoder(nn.Module):
                 strides,
                 ortho_init=self.ortho_init,
                 padding=self.conv_padding.upper(),
+                layer_norm=self.layer_norm,
                 name="cnn",
             )(obs)
         elif self.kind == "one_hot":
@@ -365,7 +380,8 @@ class Encoder(nn.Module):
             )
         else:
             x = obs.reshape(*batch, -1).astype(jnp.float32)
-        return MLP(self.hidden_sizes, self.activation, self.ortho_init, name="mlp")(x)
+        mlp = MLP(self.hidden_sizes, self.activation, self.ortho_init, self.layer_norm, name="mlp")
+        return mlp(x)
 
 
 def encoder_for(
@@ -375,6 +391,7 @@ def encoder_for(
     ortho_init: bool = True,
     conv_padding: str = "same",
     conv_filters: ConvFilters | None = None,
+    layer_norm: bool = False,
 ) -> Encoder:
     """An :class:`Encoder` for a gymnasium observation space.
 
@@ -390,6 +407,7 @@ def encoder_for(
       ortho_init: orthogonal initialisation, or PyTorch's default (see :func:`dense`).
       conv_padding: the CNN's padding for images, one of :data:`CONV_PADDINGS`.
       conv_filters: the CNN's layers (:data:`ConvFilters`); ``None``: :data:`NATURE_CNN`.
+      layer_norm: a ``LayerNorm`` before each activation of the CNN and the MLP.
 
     Returns:
       An :class:`Encoder`: ``obs [..., *space.shape] -> features [..., F]``.
@@ -409,6 +427,7 @@ def encoder_for(
         "ortho_init": ortho_init,
         "conv_padding": conv_padding,
         "conv_filters": conv_filters,
+        "layer_norm": layer_norm,
     }
     spaces = gymnasium.spaces
     if isinstance(observation_space, spaces.Box):

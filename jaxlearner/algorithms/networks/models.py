@@ -220,6 +220,7 @@ def q_network(
     conv_padding: str = "same",
     conv_filters: ConvFilters | None = None,
     ortho_init: bool = True,
+    layer_norm: bool = False,
 ) -> QNetwork:
     """DQN's :class:`QNetwork` for two gymnasium spaces.
 
@@ -234,6 +235,7 @@ def q_network(
       conv_filters: the CNN's layers for images (see :func:`encoder_for`).
       ortho_init: orthogonal layers (gain ``sqrt(2)`` hidden, 1 output), or PyTorch's default
         (SB3's DQN keeps it; :func:`dense`).
+      layer_norm: a ``LayerNorm`` before each of the encoder's activations (PQN's).
 
     Returns:
       ``obs [..., *obs_shape] -> q [..., n]``.
@@ -258,6 +260,7 @@ def q_network(
         ortho_init,
         conv_padding=conv_padding,
         conv_filters=conv_filters,
+        layer_norm=layer_norm,
     )
     head = MLP(head_hidden_sizes, activation)  # checks the sizes now, not when traced
     return QNetwork(

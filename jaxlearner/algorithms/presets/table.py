@@ -8,6 +8,7 @@ from jaxlearner.algorithms.presets import (
     dqn_rows,
     minatar_rows,
     ppo_rows,
+    pqn_rows,
     sac_rows,
     td3_rows,
     tuned_rows,
@@ -21,6 +22,7 @@ PRESETS: tuple[Preset, ...] = (
     *td3_rows.ROWS,
     *dqn_rows.ROWS,
     *minatar_rows.ROWS,
+    *pqn_rows.ROWS,
 )
 """Every row; one per (algorithm, env_id, origin)."""
 
