@@ -126,7 +126,7 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.networks.acting import epsilon_greedy
 from jaxlearner.algorithms.networks.encoders import ConvFilters
-from jaxlearner.algorithms.networks.models import q_network
+from jaxlearner.algorithms.networks.models import q_network, q_network_options
 from jaxlearner.algorithms.replay.off_policy import (
     masked_mean,
     off_policy_algorithm,
@@ -306,17 +306,7 @@ def make_learner(
     observation_space: gymnasium.Space, action_space: gymnasium.Space, config: DQNConfig
 ) -> Learner:
     """DQN's learner: one Q-network module, one gradient step per ``update``."""
-    model = q_network(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        config.dueling,
-        config.head_hidden_sizes,
-        config.conv_padding,
-        config.conv_filters,
-        config.ortho_init,
-    )
+    model = q_network(observation_space, action_space, **q_network_options(config))
     spec = _module_spec(model, observation_space, config)
     layout = replay_layout(observation_space, (), jnp.int32, config.prioritized_replay)
     return single_module_learner("dqn", observation_space, action_space, config, spec, layout)

@@ -80,7 +80,7 @@ from jaxlearner.algorithms.config import (
 )
 from jaxlearner.algorithms.networks.acting import epsilon_greedy
 from jaxlearner.algorithms.networks.encoders import ConvFilters
-from jaxlearner.algorithms.networks.models import q_network
+from jaxlearner.algorithms.networks.models import q_network, q_network_options
 from jaxlearner.algorithms.networks.spaces import zero_observation
 from jaxlearner.algorithms.replay.off_policy import masked_mean
 from jaxlearner.algorithms.trajectories.returns import gae
@@ -198,16 +198,7 @@ def make_learner(
     observation_space: gymnasium.Space, action_space: gymnasium.Space, config: PQNConfig
 ) -> Learner:
     """PQN's learner: one LayerNorm Q-network trained with RAdam in minibatch epochs."""
-    model = q_network(
-        observation_space,
-        action_space,
-        config.hidden_sizes,
-        config.activation,
-        conv_padding=config.conv_padding,
-        conv_filters=config.conv_filters,
-        ortho_init=config.ortho_init,
-        layer_norm=config.layer_norm,
-    )
+    model = q_network(observation_space, action_space, **q_network_options(config))
     optimizer = Optimizer(
         optax.radam,
         learning_rate=config.lr,

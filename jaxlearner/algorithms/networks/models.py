@@ -268,6 +268,31 @@ def q_network(
     )
 
 
+Q_NETWORK_FIELDS = (
+    "hidden_sizes",
+    "activation",
+    "dueling",
+    "head_hidden_sizes",
+    "conv_padding",
+    "conv_filters",
+    "ortho_init",
+    "layer_norm",
+)
+"""The config fields :func:`q_network` takes, by their names."""
+
+
+def q_network_options(config: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`q_network` that a Q-learning config sets: those of
+    :data:`Q_NETWORK_FIELDS` it has (DQN's and PQN's configs; PQN's has no dueling streams,
+    DQN's no ``layer_norm``).
+
+    Example:
+      >>> model = q_network(obs_space, action_space, **q_network_options(DQNConfig()))
+      ... # doctest: +SKIP
+    """
+    return {name: getattr(config, name) for name in Q_NETWORK_FIELDS if hasattr(config, name)}
+
+
 class StateActionValue(nn.Module):
     """``Q(s, a)`` for continuous actions: ``(obs, action [..., d]) -> q [...]``.
 
