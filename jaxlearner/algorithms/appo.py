@@ -99,6 +99,7 @@ from jaxlearner.algorithms.algorithm import (
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
 from jaxlearner.algorithms.config import (
     check_fraction,
+    check_minibatch_size,
     check_positive,
     check_positive_int,
     config_adam,
@@ -205,11 +206,7 @@ class APPOConfig:
                     f"APPOConfig.{name} ({value}) must be a multiple of rollout_fragment_length "
                     f"({length}): batches are whole sequences of {length} steps."
                 )
-        if self.minibatch_size is not None and self.minibatch_size > self.train_batch_size:
-            raise ValueError(
-                f"APPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
-                f"({self.train_batch_size})."
-            )
+        check_minibatch_size(self)
 
 
 def appo_loss(distribution: DistributionSpec, use_kl_loss: bool):

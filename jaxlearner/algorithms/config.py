@@ -140,6 +140,36 @@ def check_non_negative_int(owner: str, **values: Any) -> None:
             raise ValueError(f"{owner}.{name} must be a non-negative int; got {value!r}.")
 
 
+def check_minibatch_size(config: Any) -> None:
+    """Raises ``ValueError`` when a frozen config's ``minibatch_size`` (``None``: the whole
+    batch) exceeds its ``train_batch_size`` (PPO's, APPO's, PQN's)."""
+    minibatch, batch = config.minibatch_size, config.train_batch_size
+    if minibatch is not None and minibatch > batch:
+        raise ValueError(
+            f"{type(config).__name__}.minibatch_size ({minibatch}) exceeds train_batch_size "
+            f"({batch})."
+        )
+
+
+def steps_per_env(name: str, train_batch_size: int, num_envs: int) -> int:
+    """The rollout's steps per environment for a batch of ``train_batch_size`` env steps
+    collected by ``num_envs`` environments (PPO's, PQN's ``rollout_steps``).
+
+    Raises:
+      ValueError: when the batch does not split over the environments.
+
+    Example:
+      >>> steps_per_env("PPO", 2048, 8)
+      256
+    """
+    if train_batch_size % num_envs:
+        raise ValueError(
+            f"{name}'s train_batch_size {train_batch_size} does not split over {num_envs} "
+            "environments; use a multiple of num_envs."
+        )
+    return train_batch_size // num_envs
+
+
 def check_bool(owner: str, **values: Any) -> None:
     """Raises ``TypeError`` unless each value is ``True`` or ``False``."""
     for name, value in values.items():

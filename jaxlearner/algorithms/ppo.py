@@ -101,7 +101,13 @@ from jaxlearner.algorithms.algorithm import (
     algorithm_fields,
 )
 from jaxlearner.algorithms.builtin import BuiltinAlgorithm, register_builtin, single_module_learner
-from jaxlearner.algorithms.config import check_positive, check_positive_int, config_adam
+from jaxlearner.algorithms.config import (
+    check_minibatch_size,
+    check_positive,
+    check_positive_int,
+    config_adam,
+    steps_per_env,
+)
 from jaxlearner.algorithms.networks.acting import explore_and_exploit, policy_actions
 from jaxlearner.algorithms.networks.distribution_spec import DistributionSpec
 from jaxlearner.algorithms.networks.encoders import ConvFilters
@@ -193,11 +199,7 @@ class PPOConfig:
             max_seq_len=self.max_seq_len,
         )
         self._check_recurrent()
-        if self.minibatch_size > self.train_batch_size:
-            raise ValueError(
-                f"PPOConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
-                f"({self.train_batch_size})."
-            )
+        check_minibatch_size(self)
 
     def _check_recurrent(self) -> None:
         if not isinstance(self.use_lstm, bool):
@@ -463,14 +465,8 @@ def _recurrent_postprocess(model: Model, config: PPOConfig, norm: Normalization)
 
 def _rollout_steps(config: PPOConfig, norm: Normalization, num_envs: int) -> int:
     norm.check_num_envs("PPOConfig", num_envs)
-    if config.train_batch_size % num_envs:
-        raise ValueError(
-            f"PPO's train_batch_size {config.train_batch_size} does not split over "
-            f"{num_envs} environments; use a multiple of num_envs."
-        )
     # With use_lstm, N * ceil(T / L) sequences >= train_batch_size / L >= one minibatch.
-    steps = config.train_batch_size // num_envs
-    return steps
+    return steps_per_env("PPO", config.train_batch_size, num_envs)
 
 
 RECIPE = BuiltinAlgorithm("ppo", PPOConfig, make_learner, make_algorithm)

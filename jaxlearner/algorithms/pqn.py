@@ -72,11 +72,13 @@ from jaxlearner.algorithms.config import (
     check_fraction,
     check_layers,
     check_learning_rates,
+    check_minibatch_size,
     check_optional_positive,
     check_positive,
     check_positive_int,
     check_schedule,
     freeze_schedules,
+    steps_per_env,
 )
 from jaxlearner.algorithms.networks.acting import epsilon_greedy
 from jaxlearner.algorithms.networks.encoders import ConvFilters
@@ -134,11 +136,7 @@ class PQNConfig:
         check_bool(owner, layer_norm=self.layer_norm, ortho_init=self.ortho_init)
         check_conv_config(self)
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        if self.minibatch_size > self.train_batch_size:
-            raise ValueError(
-                f"PQNConfig.minibatch_size ({self.minibatch_size}) exceeds train_batch_size "
-                f"({self.train_batch_size})."
-            )
+        check_minibatch_size(self)
 
 
 def q_lambda_targets(
@@ -243,7 +241,7 @@ def make_algorithm(
         **algorithm_fields(
             "pqn", learner, config, epsilon_greedy(model, config.epsilon, action_space)
         ),
-        rollout_steps=functools.partial(_rollout_steps, config),
+        rollout_steps=functools.partial(steps_per_env, "PQN", config.train_batch_size),
         postprocess=_postprocess(model, config),
     )
 
@@ -267,15 +265,6 @@ def _postprocess(model: Model, config: PQNConfig) -> PostprocessFn:
         return jax.tree.map(rows, batch)
 
     return postprocess
-
-
-def _rollout_steps(config: PQNConfig, num_envs: int) -> int:
-    if config.train_batch_size % num_envs:
-        raise ValueError(
-            f"PQN's train_batch_size {config.train_batch_size} does not split over {num_envs} "
-            "environments; use a multiple of num_envs."
-        )
-    return config.train_batch_size // num_envs
 
 
 RECIPE = BuiltinAlgorithm("pqn", PQNConfig, make_learner, make_algorithm)

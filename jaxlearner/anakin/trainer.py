@@ -46,6 +46,7 @@ from jaxlearner.training.driver import (
     RestoredRun,
     Saved,
     check_eval_episodes,
+    check_iterations_per_step,
     no_run_options,
 )
 from jaxlearner.training.outputs.loggers import Writer
@@ -148,10 +149,7 @@ def AnakinTrainer(
       (2, 4, 256)
     """
     check_eval_episodes(eval_episodes)
-    if type(iterations_per_step) is not int or iterations_per_step < 1:
-        raise ValueError(
-            f"iterations_per_step must be a positive int; got {iterations_per_step!r}."
-        )
+    check_iterations_per_step(iterations_per_step)
     if type(seed) is not int:
         raise TypeError(f"AnakinTrainer's seed must be an int; got {seed!r}.")
     env_id = env if isinstance(env, str) else type(env).__name__

@@ -538,6 +538,19 @@ def check_finite(stats: Mapping[str, float], iteration: int) -> None:
         raise NonFiniteError(iteration, module, metric, stats[metric] if bad else math.nan)
 
 
+def check_iterations_per_step(iterations_per_step: object) -> None:
+    """Raises unless ``iterations_per_step`` (a trainer's iterations in one step) is a positive
+    int.
+
+    Raises:
+      ValueError: naming the value received (a bool is no count).
+    """
+    if type(iterations_per_step) is not int or iterations_per_step < 1:
+        raise ValueError(
+            f"iterations_per_step must be a positive int; got {iterations_per_step!r}."
+        )
+
+
 def check_eval_episodes(eval_episodes: object) -> None:
     """Raises unless ``eval_episodes`` (a trainer's evaluation episodes) is a positive int.
 

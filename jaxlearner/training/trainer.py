@@ -42,6 +42,7 @@ from jaxlearner.training.driver import (
     RestoredRun,
     Saved,
     check_eval_episodes,
+    check_iterations_per_step,
 )
 from jaxlearner.training.env_runner import EnvLike, EnvRunner, evaluate
 from jaxlearner.training.env_runners import EnvRunnersConfig
@@ -227,10 +228,7 @@ class EnvEngine:
         key: jax.Array,
         iterations_per_step: int = 1,
     ) -> None:
-        if type(iterations_per_step) is not int or iterations_per_step < 1:
-            raise ValueError(
-                f"iterations_per_step must be a positive int; got {iterations_per_step!r}."
-            )
+        check_iterations_per_step(iterations_per_step)
         offline = isinstance(learner, OfflineAlgorithm)
         algorithm = learner if isinstance(learner, Algorithm) or offline else algorithm_for(learner)
         if not isinstance(algorithm, Algorithm):  # an offline algorithm collects nothing
