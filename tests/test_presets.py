@@ -14,11 +14,21 @@ from jaxlearner.algorithms.presets.preset import ANY_ATARI, ANY_MINATAR
 from jaxlearner.algorithms.presets.sb3 import NO_VALUE_CLIP, linear_schedule, zoo_row
 from jaxlearner.training.atari import make_env
 
-# gymnasium's LunarLander-v3 spaces, for machines without Box2D (the box2d extra).
-_LUNAR_LANDER = (
-    gymnasium.spaces.Box(-10.0, 10.0, (8,)),
-    gymnasium.spaces.Discrete(4),
-)
+# gymnasium's Box2D spaces (shapes and action bounds), for machines without the box2d extra.
+_BOX2D_SPACES = {
+    "LunarLander-v3": (
+        gymnasium.spaces.Box(-10.0, 10.0, (8,)),
+        gymnasium.spaces.Discrete(4),
+    ),
+    "LunarLanderContinuous-v3": (
+        gymnasium.spaces.Box(-10.0, 10.0, (8,)),
+        gymnasium.spaces.Box(-1.0, 1.0, (2,)),
+    ),
+    "BipedalWalker-v3": (
+        gymnasium.spaces.Box(-5.0, 5.0, (24,)),
+        gymnasium.spaces.Box(-1.0, 1.0, (4,)),
+    ),
+}
 
 
 def _spaces(env_id):
@@ -31,12 +41,22 @@ def _spaces(env_id):
     try:
         env = make_env(env_id)
     except gymnasium.error.DependencyNotInstalled:
-        if env_id != "LunarLander-v3":
+        if env_id not in _BOX2D_SPACES:
             raise
-        return _LUNAR_LANDER
+        return _BOX2D_SPACES[env_id]
     spaces = env.observation_space, env.action_space
     env.close()
     return spaces
+
+
+@pytest.mark.parametrize("env_id", sorted(_BOX2D_SPACES))
+def test_the_box2d_stand_in_spaces_have_gymnasiums_shapes_and_action_bounds(env_id):
+    pytest.importorskip("Box2D", reason="the box2d extra is not installed")
+    env = make_env(env_id)
+    observations, actions = _BOX2D_SPACES[env_id]
+    assert observations.shape == env.observation_space.shape
+    assert actions == env.action_space
+    env.close()
 
 
 @pytest.mark.parametrize("row", PRESETS, ids=lambda row: row.name)
