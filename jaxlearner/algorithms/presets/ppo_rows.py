@@ -179,6 +179,9 @@ ROWS: tuple[Preset, ...] = (
             "vf_coef": 0.835671,
             "policy_kwargs": _BIG_MLP,
         },
+        notes="Beside SB3's PPO at 300k env steps (preset matrix, 3 seeds, 2026-12-02): "
+        "1004.8 / 708.0 / 1008.6 against SB3's 1002.9 / 994.4 / 1001.1, one seed behind at "
+        "that reduced budget; not run at the zoo's 1M.",
     ),
     zoo_row(
         "ppo",
